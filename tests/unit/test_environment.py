@@ -1,0 +1,179 @@
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+
+from tpuq.agent.environment import (
+    DEFAULT_TCMALLOC,
+    PARTITION_VARS,
+    allowed_chip_counts,
+    build_env,
+    chip_bounds,
+    helper_env,
+)
+
+BASE = {"PATH": "/usr/bin:/bin", "HOME": "/home/alice", "LANG": "C.UTF-8"}
+OTHER_PRELOAD = "/opt/lib/libfoo.so"
+
+
+def env(**overrides: Any) -> dict[str, str]:
+    args: dict[str, Any] = {
+        "base": BASE,
+        "job_env": {},
+        "job_id": 42,
+        "attempt": 3,
+        "host": "tpu-a",
+        "checkpoint_dir": "/ckpt/42",
+        "resumed": True,
+        "chips": None,
+        "host_chip_count": 4,
+        "port_base": 9000,
+        "tcmalloc": True,
+        "exists": lambda path: True,
+    }
+    args.update(overrides)
+    return build_env(**args)
+
+
+def test_base_and_job_env_merged_with_tpuq_vars() -> None:
+    e = env(job_env={"WANDB_PROJECT": "x", "TPUQ_JOB_ID": "spoofed"})
+    assert e["PATH"] == BASE["PATH"] and e["WANDB_PROJECT"] == "x"
+    assert e["TPUQ_JOB_ID"] == "42" and e["TPUQ_ATTEMPT"] == "3"
+    assert e["TPUQ_HOST"] == "tpu-a" and e["TPUQ_CHECKPOINT_DIR"] == "/ckpt/42"
+    assert e["TPUQ_RESUMED"] == "1"
+    assert env(resumed=False)["TPUQ_RESUMED"] == "0"
+
+
+def test_pythonunbuffered_set_unless_job_set_it() -> None:
+    assert env()["PYTHONUNBUFFERED"] == "1"
+    assert env(job_env={"PYTHONUNBUFFERED": ""})["PYTHONUNBUFFERED"] == ""
+
+
+def test_whole_host_sets_no_partition_vars_and_drops_inherited() -> None:
+    inherited = {name: "junk" for name in PARTITION_VARS}
+    for chips in (None, [0, 1, 2, 3]):
+        e = env(base={**BASE, **inherited}, job_env=inherited, chips=chips)
+        assert not set(PARTITION_VARS) & set(e)
+
+
+@pytest.mark.parametrize(
+    ("host", "chips", "bounds"),
+    [
+        (4, [2], "1,1,1"),
+        (4, [2, 3], "1,2,1"),
+        (8, [5], "1,1,1"),
+        (8, [6, 7], "1,2,1"),
+        (8, [4, 5, 6, 7], "2,2,1"),
+    ],
+)
+def test_subset_sets_partition_vars(host: int, chips: list[int], bounds: str) -> None:
+    e = env(
+        host_chip_count=host,
+        chips=list(reversed(chips)),
+        job_env={"TPU_VISIBLE_CHIPS": "0"},
+    )
+    assert e["TPU_VISIBLE_CHIPS"] == ",".join(map(str, chips))
+    assert e["TPU_CHIPS_PER_PROCESS_BOUNDS"] == bounds
+    assert e["TPU_PROCESS_BOUNDS"] == "1,1,1"
+    assert e["ALLOW_MULTIPLE_LIBTPU_LOAD"] == "1"
+    assert (
+        e["TPU_MESH_CONTROLLER_ADDRESS"] == f"localhost:{e['TPU_MESH_CONTROLLER_PORT']}"
+    )
+    assert "TPU_VISIBLE_DEVICES" not in e and "CLOUD_TPU_TASK_ID" not in e
+
+
+def _disjoint_layouts(host: int) -> list[list[list[int]]]:
+    """Every way to cut the host into aligned blocks of allowed sizes, for port checks."""
+    layouts = []
+    for size in allowed_chip_counts(host)[:-1]:
+        layouts.append([list(range(i, i + size)) for i in range(0, host, size)])
+    layouts.append([[0], [1], [2, 3]] + ([[4, 5, 6, 7]] if host == 8 else []))
+    return layouts
+
+
+@pytest.mark.parametrize("host", [4, 8])
+def test_ports_distinct_across_disjoint_subsets(host: int) -> None:
+    for layout in _disjoint_layouts(host):
+        ports = []
+        for chips in layout:
+            e = env(host_chip_count=host, chips=chips)
+            ports += [e["TPU_PROCESS_PORT"], e["TPU_MESH_CONTROLLER_PORT"]]
+        assert len(ports) == len(set(ports)), layout
+
+
+def test_ports_derived_from_port_base() -> None:
+    e = env(chips=[1], port_base=9000)
+    assert (e["TPU_PROCESS_PORT"], e["TPU_MESH_CONTROLLER_PORT"]) == ("9002", "9003")
+    assert env(chips=[1], port_base=None)["TPU_PROCESS_PORT"] != "9002"
+
+
+@pytest.mark.parametrize(
+    ("host", "chips"), [(4, [0, 1, 2]), (8, [0, 1, 2, 3, 4, 5]), (2, [0])]
+)
+def test_subset_without_bounds_shape_raises(host: int, chips: list[int]) -> None:
+    with pytest.raises(ValueError, match="allowed chip counts"):
+        env(host_chip_count=host, chips=chips)
+
+
+@pytest.mark.parametrize("chips", [[], [0, 0], [4], [-1]])
+def test_invalid_chip_lists_raise(chips: list[int]) -> None:
+    with pytest.raises(ValueError):
+        env(chips=chips)
+
+
+def test_chip_bounds_table_and_allowed_counts() -> None:
+    assert allowed_chip_counts(4) == [1, 2, 4]
+    assert allowed_chip_counts(8) == [1, 2, 4, 8]
+    assert allowed_chip_counts(16) == [16]
+    assert [chip_bounds(n, 4) for n in (1, 2, 4)] == ["1,1,1", "1,2,1", "2,2,1"]
+    assert [chip_bounds(n, 8) for n in (1, 2, 4, 8)] == [
+        "1,1,1",
+        "1,2,1",
+        "2,2,1",
+        "2,4,1",
+    ]
+    with pytest.raises(ValueError, match="allowed chip counts are 1, 2, 4, 8"):
+        chip_bounds(3, 8)
+
+
+def test_tcmalloc_present_is_preloaded_once_keeping_other_entries() -> None:
+    job = {"LD_PRELOAD": f"/old/libtcmalloc_minimal.so.4 {OTHER_PRELOAD}"}
+    e = env(
+        job_env=job,
+        tcmalloc_path="/lib/libtcmalloc.so.4",
+        exists={"/lib/libtcmalloc.so.4"}.__contains__,
+    )
+    assert e["LD_PRELOAD"] == f"/lib/libtcmalloc.so.4:{OTHER_PRELOAD}"
+
+
+def test_tcmalloc_absent_is_stripped() -> None:
+    job = {"LD_PRELOAD": f"{DEFAULT_TCMALLOC}:{OTHER_PRELOAD}"}
+    assert env(job_env=job, exists=lambda p: False)["LD_PRELOAD"] == OTHER_PRELOAD
+    assert "LD_PRELOAD" not in env(
+        base={**BASE, "LD_PRELOAD": DEFAULT_TCMALLOC}, exists=lambda p: False
+    )
+
+
+def test_tcmalloc_disabled_is_stripped_even_when_present() -> None:
+    job = {"LD_PRELOAD": DEFAULT_TCMALLOC}
+    assert "LD_PRELOAD" not in env(job_env=job, tcmalloc=False)
+
+
+def test_large_alloc_threshold_default_unless_job_set_it() -> None:
+    for tcmalloc, present in itertools.product((True, False), repeat=2):
+        e = env(tcmalloc=tcmalloc, exists=lambda p, present=present: present)
+        assert e["TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD"] == "60000000000"
+    job = {"TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD": "1"}
+    assert env(job_env=job)["TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD"] == "1"
+
+
+def test_helper_env_has_no_tcmalloc() -> None:
+    base = {
+        **BASE,
+        "LD_PRELOAD": f"{DEFAULT_TCMALLOC} {OTHER_PRELOAD}",
+        "TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD": "6",
+    }
+    assert helper_env(base) == {**BASE, "LD_PRELOAD": OTHER_PRELOAD}
+    assert helper_env({**BASE, "LD_PRELOAD": DEFAULT_TCMALLOC}) == BASE

@@ -1,0 +1,246 @@
+"""MaintenanceWatcher and the fake metadata server it is tested against."""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.metadata_server import FakeMetadata
+from tpuq.agent.metadata import MaintenanceWatcher, is_migration, read_topology
+
+REPO = Path(__file__).resolve().parents[2]
+WAIT_S = 10.0  # generous upper bound; the happy path is milliseconds
+
+
+class Notices:
+    """Collects on_notice calls; tests wait on the queue instead of sleeping."""
+
+    def __init__(self) -> None:
+        self.q: queue.Queue[str] = queue.Queue()
+
+    def __call__(self, reason: str) -> None:
+        self.q.put(reason)
+
+    def next(self, timeout: float = WAIT_S) -> str:
+        return self.q.get(timeout=timeout)
+
+
+@pytest.fixture
+def md() -> Iterator[FakeMetadata]:
+    with FakeMetadata() as server:
+        yield server
+
+
+@pytest.fixture
+def watch(md: FakeMetadata) -> Iterator[tuple[MaintenanceWatcher, Notices]]:
+    notices = Notices()
+    watcher = MaintenanceWatcher(md.url, notices, timeout_s=30, interval_s=0.05)
+    watcher.start()
+    try:
+        yield watcher, notices
+    finally:
+        watcher.stop()
+
+
+def _get(url: str, headers: dict[str, str] | None = None) -> tuple[int, str, str | None]:
+    req = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=WAIT_S) as resp:
+            return resp.status, resp.read().decode(), resp.headers.get("ETag")
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode(), None
+
+
+GOOGLE = {"Metadata-Flavor": "Google"}
+
+
+def test_maintenance_event_triggers_notice(
+    md: FakeMetadata, watch: tuple[MaintenanceWatcher, Notices]
+) -> None:
+    _, notices = watch
+    _wait_for_hanging_get(md)
+    md.set("instance/maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
+    assert notices.next() == "maintenance-event TERMINATE_ON_HOST_MAINTENANCE"
+
+
+def test_migration_has_distinct_prefix(
+    md: FakeMetadata, watch: tuple[MaintenanceWatcher, Notices]
+) -> None:
+    _, notices = watch
+    md.set("instance/maintenance-event", "MIGRATE_ON_HOST_MAINTENANCE")
+    reason = notices.next()
+    assert is_migration(reason) and "MIGRATE_ON_HOST_MAINTENANCE" in reason
+    md.set("instance/maintenance-event", "NONE")
+    md.set("instance/maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
+    reason = notices.next()
+    assert not is_migration(reason)
+
+
+def test_preempted_triggers_once(md: FakeMetadata, watch: tuple[MaintenanceWatcher, Notices]) -> None:
+    _, notices = watch
+    md.set("instance/preempted", "TRUE")
+    assert notices.next() == "instance preempted"
+    # Still TRUE on later polls: no second notice; a new event is reported, not a repeat.
+    md.set("instance/maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
+    assert notices.next() == "maintenance-event TERMINATE_ON_HOST_MAINTENANCE"
+    assert notices.q.empty()
+
+
+def test_upcoming_maintenance(md: FakeMetadata, watch: tuple[MaintenanceWatcher, Notices]) -> None:
+    _, notices = watch
+    info = {"windowStartTime": "2030-01-01T00:00:00Z", "maintenanceType": "SCHEDULED",
+            "maintenanceStatus": "PENDING"}
+    md.set("instance/upcoming-maintenance", info)
+    assert notices.next() == "upcoming maintenance SCHEDULED at 2030-01-01T00:00:00Z"
+
+
+def test_notice_present_at_start_is_reported(md: FakeMetadata) -> None:
+    md.set("instance/maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
+    notices = Notices()
+    watcher = MaintenanceWatcher(md.url, notices, interval_s=0.05)
+    watcher.start()
+    try:
+        assert notices.next() == "maintenance-event TERMINATE_ON_HOST_MAINTENANCE"
+    finally:
+        watcher.stop()
+
+
+def test_header_required(md: FakeMetadata) -> None:
+    status, body, _ = _get(md.url + "instance/maintenance-event")
+    assert status == 403 and "Metadata-Flavor" in body
+    assert _get(md.url + "instance/maintenance-event", GOOGLE)[:2] == (200, "NONE")
+
+
+def test_absent_upcoming_maintenance_is_404(md: FakeMetadata) -> None:
+    status, body, _ = _get(md.url + "instance/upcoming-maintenance", GOOGLE)
+    assert status == 404 and body
+
+
+def test_wait_for_change_returns_on_change(md: FakeMetadata) -> None:
+    key = "instance/maintenance-event"
+    _, _, etag = _get(md.url + key, GOOGLE)
+    result: list[tuple[int, str, str | None]] = []
+    url = f"{md.url}{key}?wait_for_change=true&last_etag={etag}&timeout_sec=30"
+    t = threading.Thread(target=lambda: result.append(_get(url, GOOGLE)))
+    t.start()
+    _wait_for_hanging_get(md)
+    assert t.is_alive()  # it really hangs while the value is unchanged
+    md.set(key, "TERMINATE_ON_HOST_MAINTENANCE")
+    t.join(WAIT_S)
+    assert result and result[0][:2] == (200, "TERMINATE_ON_HOST_MAINTENANCE")
+    assert result[0][2] != etag
+    # A stale last_etag answers at once, as on GCE.
+    assert _get(f"{md.url}{key}?wait_for_change=true&last_etag={etag}", GOOGLE)[1] != "NONE"
+
+
+def test_wait_for_change_timeout(md: FakeMetadata) -> None:
+    url = md.url + "instance/preempted?wait_for_change=true&timeout_sec=0.2"
+    start = time.monotonic()
+    assert _get(url, GOOGLE)[:2] == (200, "FALSE")
+    assert time.monotonic() - start < WAIT_S
+
+
+def test_stop_returns_quickly(md: FakeMetadata) -> None:
+    watcher = MaintenanceWatcher(md.url, Notices(), timeout_s=60, interval_s=30)
+    watcher.start()
+    _wait_for_hanging_get(md)  # a 60 s hanging GET is in flight
+    start = time.monotonic()
+    watcher.stop()
+    assert time.monotonic() - start < 1.0
+    assert not any(t.is_alive() for t in watcher._threads)
+
+
+def test_disabled_without_base_url() -> None:
+    notices = Notices()
+    watcher = MaintenanceWatcher(None, notices)
+    watcher.start()
+    watcher.stop()
+    assert not watcher.enabled and notices.q.empty()
+    assert read_topology(None) == {
+        "accelerator_type": None, "agent_worker_number": None, "worker_network_endpoints": None,
+    }
+
+
+def test_unreachable_server_does_not_crash() -> None:
+    with FakeMetadata() as server:
+        url = server.url  # a port that is closed once the server is gone
+    retried = threading.Event()
+
+    class OnRetry(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "retry" in record.getMessage():
+                retried.set()
+
+    logger = logging.getLogger("tpuq.agent.metadata")
+    handler, old_level = OnRetry(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    notices = Notices()
+    watcher = MaintenanceWatcher(url, notices, interval_s=0.05)
+    watcher.start()
+    try:
+        assert retried.wait(WAIT_S)  # the error was seen and logged at debug...
+        assert all(t.is_alive() for t in watcher._threads)  # ...and the threads live on
+    finally:
+        watcher.stop()
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+    assert notices.q.empty()
+    assert read_topology(url, timeout_s=0.5)["accelerator_type"] is None
+
+
+def test_read_topology(md: FakeMetadata) -> None:
+    md.set("instance/attributes/accelerator-type", "v5litepod-8")
+    md.set("instance/attributes/agent-worker-number", "3")
+    topo = read_topology(md.url)
+    assert topo["accelerator_type"] == "v5litepod-8"
+    assert topo["agent_worker_number"] == 3
+    assert topo["worker_network_endpoints"] is None
+
+
+def test_subprocess_server_reads_state_file(tmp_path: Path) -> None:
+    state = tmp_path / "state.json"
+    state.write_text("{}")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.fakes.metadata_server", "--port", "0",
+         "--state-file", str(state)],
+        cwd=REPO, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        notices = Notices()
+        watcher = MaintenanceWatcher(url, notices, interval_s=0.05)
+        watcher.start()
+        try:
+            state.write_text(json.dumps({"instance/preempted": "TRUE"}))
+            proc.send_signal(signal.SIGHUP)
+            assert notices.next() == "instance preempted"
+        finally:
+            watcher.stop()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+
+def _wait_for_hanging_get(md: FakeMetadata) -> None:
+    assert md.wait_for_request("wait_for_change", WAIT_S), "no hanging GET arrived"

@@ -1,0 +1,186 @@
+"""The host side of dispatch: doorbells in, supervised attempts out.
+
+A doorbell (an in-process call in the embedded deployment, a Celery task in the team
+one) only says "look at job J, attempt A". The executor reads the job from the
+database, makes sure nobody else holds the chips' device files (killing tpuq's own
+orphans, refusing to start beside a foreign process), and hands the attempt to a
+Supervisor. Duplicate doorbells are dropped here and fenced again in the database.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+
+from tpuq.agent import devices, environment, holders, libtpu
+from tpuq.agent.supervisor import Supervisor, Work
+from tpuq.settings import Settings
+from tpuq.state import attempts, hosts
+from tpuq.state.attempts import Ending
+from tpuq.state.db import Database
+from tpuq.state.models import Attempt, Job
+from tpuq.state.states import JobState, Outcome
+
+log = logging.getLogger("tpuq.agent")
+
+# What a job inherits from the agent's own environment; everything else is explicit.
+BASE_ENV_KEYS = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR")
+
+
+class Executor:
+    def __init__(self, settings: Settings, db: Database, *, boot_id: str,
+                 chips: list[devices.Chip], tpu_type: str | None,
+                 on_change: Callable[[], None]) -> None:
+        self.settings = settings
+        self.db = db
+        self.name = settings.host
+        self.boot_id = boot_id
+        self.chips = {c.index: c for c in chips}
+        self.tpu_type = tpu_type
+        self.on_change = on_change  # wakes the scheduler: chips were freed or a host changed
+        self.base_env = {k: os.environ[k] for k in BASE_ENV_KEYS if k in os.environ}
+        self._lock = threading.Lock()
+        self._running: dict[tuple[int, int], Supervisor] = {}
+        self.accepting = True
+
+    # ---- the HostContext the supervisors use ------------------------------------------
+    def log_path(self, job_id: int, attempt: int) -> str:
+        return os.path.join(self.settings.logs_dir, str(job_id), f"{attempt}.log")
+
+    def attempt_env(self, w: Work, progress_path: str) -> dict[str, str]:
+        job_env = {**w.env, "TPUQ_PREEMPT_SIGNAL": w.stop_signal,
+                   "TPUQ_PROGRESS_FILE": progress_path}
+        whole_host = len(w.chips) == len(self.chips)
+        return environment.build_env(
+            base=self.base_env, job_env=job_env, job_id=w.job_id, attempt=w.attempt,
+            host=self.name,
+            checkpoint_dir=os.path.join(self.settings.checkpoints_dir, str(w.job_id)),
+            resumed=w.resumed, chips=None if whole_host else list(w.chips),
+            host_chip_count=len(self.chips), port_base=self.settings.port_base,
+            tcmalloc=w.tcmalloc, tcmalloc_path=self.settings.tcmalloc_path,
+        )
+
+    def attempt_done(self, sup: Supervisor) -> None:
+        with self._lock:
+            self._running.pop((sup.work.job_id, sup.work.attempt), None)
+        self.on_change()
+
+    def tpu_busy(self, message: str) -> None:
+        log.warning("job output says the TPU is busy: %s", message.strip())
+
+    # ---- doorbells -------------------------------------------------------------------
+    def ring(self, job_id: int, attempt: int) -> None:
+        """Start `attempt` of `job_id` if it is still assigned here; idempotent."""
+        key = (job_id, attempt)
+        with self._lock:
+            if key in self._running or not self.accepting:
+                return
+        work = self._load(job_id, attempt)
+        if work is None:
+            return  # stale: cancelled, reassigned, or already running
+        if not self._host_ready(work):
+            return
+        sup = Supervisor(self, work)
+        with self._lock:
+            if key in self._running:
+                return
+            self._running[key] = sup
+        sup.start()
+
+    def _load(self, job_id: int, attempt: int) -> Work | None:
+        with self.db.read() as s:
+            job = s.get(Job, job_id)
+            if job is None or job.attempt != attempt or job.host != self.name \
+                    or job.state != JobState.ASSIGNED.value:
+                return None
+            att = s.query(Attempt).filter_by(job_id=job_id, number=attempt).one()
+            return Work(job_id=job.id, attempt=attempt, chips=tuple(att.chips),
+                        command=tuple(job.command), cwd=job.cwd, env=dict(job.env),
+                        stop_signal=job.stop_signal, grace_s=job.grace_s,
+                        time_limit_s=job.time_limit_s, tcmalloc=job.tcmalloc,
+                        resumed=attempt > 1)
+
+    def poll_assigned(self) -> None:
+        """Recover lost doorbells: anything assigned here that nobody supervises."""
+        with self.db.read() as s:
+            rows = s.query(Job.id, Job.attempt).filter(
+                Job.host == self.name, Job.state == JobState.ASSIGNED.value).all()
+        for job_id, attempt in rows:
+            self.ring(job_id, attempt)
+
+    # ---- the TPU must be ours before a job starts ---------------------------------------
+    def _device_paths(self, chips: tuple[int, ...]) -> set[str]:
+        return devices.host_device_paths(self.chips[c] for c in chips if c in self.chips)
+
+    def _supervised_pids(self) -> set[int]:
+        with self._lock:
+            return {s.proc.pid for s in self._running.values() if s.proc is not None}
+
+    def _classify(self, found: list[holders.ProcInfo]) -> tuple[list[holders.ProcInfo],
+                                                                list[holders.ProcInfo]]:
+        """(orphans of earlier tpuq attempts on this host, processes tpuq did not start)."""
+        with self._lock:
+            live = {(str(j), str(a)) for j, a in self._running}
+        orphans, foreign = [], []
+        for p in found:
+            m = p.environ_marker
+            ours = m.get("TPUQ_HOST") == self.name and "TPUQ_JOB_ID" in m
+            if ours and (m["TPUQ_JOB_ID"], m.get("TPUQ_ATTEMPT", "")) not in live:
+                orphans.append(p)
+            elif not ours:
+                foreign.append(p)
+        return orphans, foreign
+
+    def clear_holders(self, chips: tuple[int, ...]) -> list[holders.ProcInfo]:
+        """Kill tpuq orphans holding these chips; return the foreign holders left."""
+        paths = self._device_paths(chips)
+        found = holders.find_holders(paths, exclude_pids=self._supervised_pids())
+        orphans, foreign = self._classify(found)
+        if orphans:
+            log.warning("killing orphans of earlier attempts: %s",
+                        "; ".join(holders.describe(p) for p in orphans))
+            holders.kill_and_wait([(p.pid, p.start_ticks) for p in orphans], timeout=10.0)
+        return foreign
+
+    def _host_ready(self, w: Work) -> bool:
+        foreign = self.clear_holders(w.chips)
+        if foreign:
+            reason = "TPU held by " + "; ".join(holders.describe(p) for p in foreign)
+            with self.db.write() as s:
+                hosts.set_busy(s, self.name, reason)
+                attempts.finish(s, w.job_id, w.attempt, self.name,
+                                Ending(Outcome.HOST_ERROR, reason))
+            log.warning("%s: not starting job %s", reason, w.job_id)
+            return False
+        if len(w.chips) == len(self.chips):
+            # whole host and nobody holds a device: a libtpu lock file left now is stale
+            removed = libtpu.clean_stale_lock(self.settings.libtpu_lockfile, holders_alive=False)
+            if removed:
+                log.info("removed stale libtpu lock: %s", ", ".join(removed))
+        return True
+
+    def check_busy(self) -> None:
+        """While the host is marked busy, look again; clear it once the foreigner is gone."""
+        with self.db.read() as s:
+            host = hosts.get(s, self.name)
+            reason = host.busy_reason if host else None
+        if reason is None:
+            return
+        foreign = self.clear_holders(tuple(self.chips))
+        if not foreign:
+            with self.db.write() as s:
+                hosts.set_busy(s, self.name, None)
+            log.info("TPU is free again")
+            self.on_change()
+
+    # ---- stopping ------------------------------------------------------------------------
+    def supervisors(self) -> list[Supervisor]:
+        with self._lock:
+            return list(self._running.values())
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        for sup in self.supervisors():
+            sup.join(timeout)
+        return not self.supervisors()

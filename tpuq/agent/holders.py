@@ -1,0 +1,257 @@
+"""Who holds the TPU device files, and how to make sure they are gone.
+
+Everything here reads `/proc` and must tolerate processes vanishing between two reads:
+a race is reported as "not there", never raised.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import select
+import signal
+import time
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
+
+MARKER_VARS = ("TPUQ_JOB_ID", "TPUQ_ATTEMPT", "TPUQ_HOST")
+
+# Non-pidfd fallback: short enough to notice an exit promptly, long enough not to spin.
+_POLL_INTERVAL_S = 0.02
+
+
+@dataclass(frozen=True)
+class ProcInfo:
+    pid: int
+    start_ticks: int
+    uid: int
+    user: str
+    session: int
+    cmdline: str
+    environ_marker: dict[str, str]
+
+
+def _stat_fields(pid: int, proc: str) -> list[str] | None:
+    """Fields 3.. of /proc/pid/stat (state first), or None when the process is gone.
+
+    comm (field 2) may contain spaces and ')' so the split is at the LAST ')'.
+    """
+    try:
+        with open(f"{proc}/{pid}/stat", "rb") as f:
+            raw = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    _, sep, rest = raw.rpartition(")")
+    fields = rest.split()
+    return fields if sep and len(fields) >= 20 else None
+
+
+def proc_start_ticks(pid: int, proc: str = "/proc") -> int | None:
+    fields = _stat_fields(pid, proc)
+    if fields is None:
+        return None
+    try:
+        return int(fields[22 - 3])
+    except ValueError:
+        return None
+
+
+def _proc_state(pid: int, proc: str) -> str | None:
+    fields = _stat_fields(pid, proc)
+    return fields[0] if fields else None
+
+
+def _real_uid(pid: int, proc: str) -> int | None:
+    try:
+        with open(f"{proc}/{pid}/status", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("Uid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def _cmdline(pid: int, proc: str) -> str:
+    try:
+        with open(f"{proc}/{pid}/cmdline", "rb") as f:
+            raw = f.read()
+    except OSError:
+        raw = b""
+    words = [w.decode("utf-8", "replace") for w in raw.split(b"\0") if w]
+    if words:
+        return " ".join(words)
+    # Kernel threads and zombies have an empty cmdline; show comm like ps does.
+    try:
+        with open(f"{proc}/{pid}/comm", encoding="utf-8", errors="replace") as f:
+            return f"[{f.read().strip()}]"
+    except OSError:
+        return "[?]"
+
+
+def _environ_marker(pid: int, proc: str) -> dict[str, str]:
+    # Another user's environ is unreadable unless we are root; that is expected.
+    try:
+        with open(f"{proc}/{pid}/environ", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return {}
+    marker = {}
+    for entry in raw.split(b"\0"):
+        key, sep, value = entry.decode("utf-8", "replace").partition("=")
+        if sep and key in MARKER_VARS:
+            marker[key] = value
+    return marker
+
+
+def proc_info(pid: int, proc: str = "/proc") -> ProcInfo | None:
+    fields = _stat_fields(pid, proc)
+    uid = _real_uid(pid, proc)
+    if fields is None or uid is None:
+        return None
+    try:
+        session, start_ticks = int(fields[6 - 3]), int(fields[22 - 3])
+    except ValueError:
+        return None
+    info = ProcInfo(
+        pid=pid,
+        start_ticks=start_ticks,
+        uid=uid,
+        user=_user_name(uid),
+        session=session,
+        cmdline=_cmdline(pid, proc),
+        environ_marker=_environ_marker(pid, proc),
+    )
+    # A pid recycled while we read would mix two processes' details.
+    return info if proc_start_ticks(pid, proc) == start_ticks else None
+
+
+def _pids(proc: str) -> list[int]:
+    try:
+        return sorted(int(name) for name in os.listdir(proc) if name.isdigit())
+    except OSError:
+        return []
+
+
+def _holds_any(pid: int, paths: AbstractSet[str], proc: str) -> bool:
+    fd_dir = f"{proc}/{pid}/fd"
+    try:
+        fds = os.listdir(fd_dir)
+    except OSError:  # vanished, or another user's process without privileges
+        return False
+    for fd in fds:
+        try:
+            target = os.readlink(f"{fd_dir}/{fd}")
+        except OSError:
+            continue
+        if target in paths:
+            return True
+    return False
+
+
+def find_holders(
+    paths: AbstractSet[str],
+    proc: str = "/proc",
+    exclude_pids: AbstractSet[int] = frozenset(),
+) -> list[ProcInfo]:
+    """Processes with any of `paths` open, by pid, each once (this process excluded)."""
+    wanted = {os.path.realpath(p) for p in paths}
+    skip = set(exclude_pids) | {os.getpid()}
+    holders = []
+    for pid in _pids(proc):
+        if pid in skip or not _holds_any(pid, wanted, proc):
+            continue
+        info = proc_info(pid, proc)
+        if info is not None:
+            holders.append(info)
+    return holders
+
+
+def is_same_process(pid: int, start_ticks: int, proc: str = "/proc") -> bool:
+    """True when `pid` is alive and is still the process that started at `start_ticks`."""
+    return proc_start_ticks(pid, proc) == start_ticks
+
+
+def _is_gone(pid: int, start_ticks: int) -> bool:
+    # A zombie has already closed its files and dropped its locks; reaping it is up to
+    # its parent (our Popen objects keep their own wait status), so dead counts as gone.
+    return not is_same_process(pid, start_ticks) or _proc_state(pid, "/proc") == "Z"
+
+
+def _pidfd_open(pid: int) -> int:
+    return os.pidfd_open(pid)
+
+
+def _kill_verified(pid: int, start_ticks: int) -> int | None:
+    """SIGKILL `pid` if it is still the recorded process; its pidfd when one is open.
+
+    With a pidfd opened before the start-time check, the signal cannot reach a process
+    that reused the pid after the check.
+    """
+    try:
+        pidfd: int | None = _pidfd_open(pid)
+    except ProcessLookupError:
+        return None
+    except OSError:
+        pidfd = None
+    if not is_same_process(pid, start_ticks):
+        if pidfd is not None:
+            os.close(pidfd)
+        return None
+    try:
+        if pidfd is not None:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        else:
+            os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        pass  # reported as still alive by the wait below
+    return pidfd
+
+
+def _await_exits(pidfds: dict[int, int], deadline: float) -> None:
+    """Block until every pidfd is readable (its process exited) or the deadline."""
+    pending = dict(pidfds)
+    while pending:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return
+        ready, _, _ = select.select(list(pending.values()), [], [], remaining)
+        for fd in ready:
+            pending = {pid: f for pid, f in pending.items() if f != fd}
+
+
+def kill_and_wait(pids_with_ticks: list[tuple[int, int]], timeout: float) -> list[int]:
+    """SIGKILL each still-verified process and wait for it; pids alive after `timeout`."""
+    deadline = time.monotonic() + timeout
+    targets: dict[int, int] = {}
+    pidfds: dict[int, int] = {}
+    for pid, ticks in pids_with_ticks:
+        if not is_same_process(pid, ticks):
+            continue
+        targets[pid] = ticks
+        pidfd = _kill_verified(pid, ticks)
+        if pidfd is not None:
+            pidfds[pid] = pidfd
+    try:
+        _await_exits(pidfds, deadline)
+    finally:
+        for fd in pidfds.values():
+            os.close(fd)
+    alive = [pid for pid, ticks in targets.items() if not _is_gone(pid, ticks)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(_POLL_INTERVAL_S)
+        alive = [pid for pid in alive if not _is_gone(pid, targets[pid])]
+    return alive
+
+
+def describe(p: ProcInfo) -> str:
+    return f"pid {p.pid} ({p.user}): {p.cmdline}"

@@ -1,0 +1,254 @@
+"""The host agent: one per TPU host.
+
+It assembles independent pieces — the executor (doorbells -> supervised attempts), the
+scheduler pass and reaper (whichever agent holds the leader lease), small tickers for
+heartbeat and recovery, the local socket, the metadata watcher — and owns the process:
+signals, recovery at start, and the two-stage stop.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import signal
+import threading
+from typing import Any
+
+from tpuq import localclient
+from tpuq.agent import devices, holders, libtpu
+from tpuq.agent.executor import Executor
+from tpuq.agent.localsock import LocalSocketServer, user_name
+from tpuq.agent.metadata import MaintenanceWatcher, is_migration
+from tpuq.agent.tickers import Ticker
+from tpuq.scheduler.loop import Scheduler
+from tpuq.settings import Settings
+from tpuq.spec import JobSpec, SpecError
+from tpuq.state import attempts, hosts, jobs
+from tpuq.state.attempts import Ending
+from tpuq.state.db import Database
+from tpuq.state.states import JobState, Outcome, StopRequest
+
+log = logging.getLogger("tpuq.agent")
+
+
+class AgentError(RuntimeError):
+    """The agent cannot start; the message says what to do."""
+
+
+def read_boot_id(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError as e:
+        raise AgentError(f"cannot read boot id from {path}: {e}") from None
+
+
+def reset_signals() -> None:
+    """Children inherit the signal mask and ignored signals across exec: start clean.
+
+    A mask leaked from whatever launched the agent made user processes unkillable in
+    dramatiq#465; nohup and some shells leave SIGHUP/SIGINT ignored.
+    """
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
+                signal.SIGPIPE, signal.SIGTERM):
+        if signal.getsignal(sig) == signal.SIG_IGN:
+            signal.signal(sig, signal.SIG_DFL)
+
+
+class Agent:
+    def __init__(self, settings: Settings, db: Database) -> None:
+        self.settings = settings
+        self.db = db
+        self.name = settings.host
+        self.boot_id = read_boot_id(settings.boot_id_file)
+        chips = devices.discover_chips(settings.device_glob)
+        if not chips:
+            raise AgentError(f"no TPU chips found with device glob {settings.device_glob!r} "
+                             "(set TPUQ_DEVICE_GLOB)")
+        self.tpu_type = devices.detect_tpu_type(len(chips), settings.pci_dir,
+                                                settings.tpu_type or None)
+        self.chips = chips
+        self.holder = f"{self.name}:{os.getpid()}"
+        self.stopping = threading.Event()
+        self.second_stop = threading.Event()
+        self.executor = Executor(settings, db, boot_id=self.boot_id, chips=chips,
+                                 tpu_type=self.tpu_type, on_change=self.wake_scheduler)
+        self.scheduler = Scheduler(db, settings, self.holder, ring=self.ring)
+        self.tickers: list[Ticker] = []
+        self.sched_ticker = Ticker("scheduler", settings.poll_s, self._schedule)
+        self.sock: LocalSocketServer | None = None
+        self.watcher = MaintenanceWatcher(settings.metadata_url or None, self.on_notice)
+        self._pidlock: int | None = None
+
+    # ---- wiring ------------------------------------------------------------------------
+    def ring(self, host: str, job_id: int, attempt: int) -> None:
+        """Embedded doorbell: the scheduler and the executor share this process."""
+        if host == self.name:
+            self.executor.ring(job_id, attempt)
+
+    def wake_scheduler(self) -> None:
+        self.sched_ticker.wake()
+
+    def wake_all(self) -> None:
+        """Something changed in the database (cancel, drain, hold...): look now."""
+        self.sched_ticker.wake()
+        for sup in self.executor.supervisors():
+            sup.notify()
+
+    def _schedule(self) -> None:
+        if not self.stopping.is_set():
+            self.scheduler.run_pass()
+
+    # ---- start -------------------------------------------------------------------------
+    def start(self) -> None:
+        os.makedirs(self.settings.home, exist_ok=True)
+        self._take_pidlock()
+        with self.db.write() as s:
+            hosts.register(s, self.name, tpu_type=self.tpu_type,
+                           chips=[c.index for c in self.chips], boot_id=self.boot_id,
+                           agent_pid=os.getpid())
+        self.recover()
+        if self.settings.embedded:
+            self.sock = LocalSocketServer(self.settings.socket_path, self.handle_local).start()
+        s = self.settings
+        self.tickers = [
+            self.sched_ticker,
+            Ticker("reaper", max(s.lease_s / 3, 0.2), self.scheduler.reap),
+            Ticker("heartbeat", s.heartbeat_s, self._heartbeat),
+            Ticker("tpu-logs", 3600, lambda: libtpu.trim_tpu_logs(s.tpu_logs_dir) and None),
+        ]
+        for t in self.tickers:
+            t.start()
+        self.watcher.start()
+        log.info("agent on %s: %d chips (%s), tpu type %s, boot %s, database %s", self.name,
+                 len(self.chips), ",".join(str(c.index) for c in self.chips),
+                 self.tpu_type or "unknown", self.boot_id[:8], self.db.safe_url)
+
+    def _take_pidlock(self) -> None:
+        """One agent per state directory: a second one would fight over the same chips."""
+        path = os.path.join(self.settings.home, f"agent-{self.name}.pid")
+        fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            other = os.read(fd, 32).decode().strip() or "?"
+            os.close(fd)
+            raise AgentError(f"an agent for host {self.name} is already running "
+                             f"(pid {other}, lock {path})") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._pidlock = fd
+
+    def recover(self) -> None:
+        """Attempts this host owned before the agent (re)started are over: requeue them."""
+        with self.db.write() as s:
+            rebooted = attempts.requeue_rebooted(s, self.name, self.boot_id)
+            same_boot = attempts.active_on_host(s, self.name)
+        if rebooted:
+            log.warning("requeued after reboot or restart: jobs %s", rebooted)
+        for job, att in same_boot:
+            if att.pid and att.proc_start and holders.is_same_process(att.pid, att.proc_start):
+                log.warning("killing orphan of job %s (pid %s)", job.id, att.pid)
+                holders.kill_and_wait([(att.pid, att.proc_start)], timeout=10.0)
+            with self.db.write() as s:
+                attempts.finish(s, job.id, att.number, self.name,
+                                Ending(Outcome.PREEMPTED, "agent restarted"))
+        foreign = self.executor.clear_holders(tuple(c.index for c in self.chips))
+        if foreign:
+            reason = "TPU held by " + "; ".join(holders.describe(p) for p in foreign)
+            with self.db.write() as s:
+                hosts.set_busy(s, self.name, reason)
+            log.warning("%s: no job starts until it exits", reason)
+        else:
+            libtpu.clean_stale_lock(self.settings.libtpu_lockfile, holders_alive=False)
+
+    def _heartbeat(self) -> None:
+        with self.db.write() as s:
+            hosts.heartbeat(s, self.name)
+        self.executor.check_busy()
+        if not self.stopping.is_set():
+            self.executor.poll_assigned()
+
+    # ---- local requests (embedded) ---------------------------------------------------------
+    def handle_local(self, req: dict[str, Any], uid: int) -> dict[str, Any]:
+        op = req.get("op")
+        if op == "wake":
+            self.wake_all()
+            return {"ok": True}
+        if op == "ping":
+            return {"ok": True, "pid": os.getpid(), "host": self.name}
+        if op == "submit":
+            return self._local_submit(req, uid)
+        return {"ok": False, "error": f"unknown request {op!r}"}
+
+    def _local_submit(self, req: dict[str, Any], uid: int) -> dict[str, Any]:
+        try:
+            spec = JobSpec.from_dict(req["spec"])
+        except (SpecError, TypeError, KeyError) as e:
+            return {"ok": False, "error": str(e)}
+        if uid not in (0, os.getuid()):
+            spec.owner = user_name(uid)  # the kernel says who asked, not the request
+        with self.db.write() as s:
+            job_id = jobs.submit(s, spec, held=bool(req.get("held")))
+        self.sched_ticker.wake()
+        return {"ok": True, "id": job_id}
+
+    # ---- notices and stopping -------------------------------------------------------------
+    def on_notice(self, reason: str) -> None:
+        """The host is going away (maintenance, preemption): checkpoint everything."""
+        if is_migration(reason):
+            log.info("%s: live migration keeps processes running; nothing to do", reason)
+            return
+        log.warning("notice: %s; preempting running jobs", reason)
+        with self.db.write() as s:
+            hosts.set_busy(s, self.name, f"notice: {reason}")
+        self.preempt_all(f"host notice: {reason}")
+
+    def preempt_all(self, why: str) -> None:
+        self.executor.accepting = False
+        with self.db.write() as s:
+            for job, att in attempts.active_on_host(s, self.name):
+                if job.state == JobState.ASSIGNED.value:
+                    attempts.finish(s, job.id, att.number, self.name,
+                                    Ending(Outcome.PREEMPTED, f"{why} before start"))
+                else:
+                    jobs.request_stop(s, job.id, "agent", StopRequest.PREEMPT)
+        for sup in self.executor.supervisors():
+            sup.notify()
+
+    def request_stop(self) -> None:
+        """First signal: stop taking work, preempt jobs; second: kill them now."""
+        if self.stopping.is_set():
+            self.second_stop.set()
+            for sup in self.executor.supervisors():
+                sup.kill_now()
+            return
+        self.stopping.set()
+
+    def run_until_stopped(self) -> None:
+        self.stopping.wait()
+        log.info("stopping: jobs get their preemption signal and grace period")
+        with self.db.write() as s:
+            hosts.stopped(s, self.name)
+        self.preempt_all("agent stopping")
+        self.executor.wait_idle()
+        self.shutdown()
+
+    def shutdown(self) -> None:
+        self.watcher.stop()
+        for t in self.tickers:
+            t.stop()
+        self.scheduler.resign()
+        if self.sock is not None:
+            self.sock.close()
+        self.db.dispose()
+        log.info("agent stopped")
+
+
+def socket_has_agent(path: str) -> bool:
+    try:
+        return bool(localclient.call(path, {"op": "ping"}, timeout=2.0).get("ok"))
+    except (OSError, ValueError):
+        return False

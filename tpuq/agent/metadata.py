@@ -1,0 +1,268 @@
+"""Maintenance and preemption notices from the GCE metadata server.
+
+The agent creates one :class:`MaintenanceWatcher` per host.  It watches
+
+* ``instance/maintenance-event`` with hanging GETs (``wait_for_change`` + ``last_etag``),
+* ``instance/preempted`` and ``instance/upcoming-maintenance`` by polling,
+
+and calls ``on_notice(reason)`` once per new event, from a watcher thread.  Reasons:
+
+* ``"maintenance-event TERMINATE_ON_HOST_MAINTENANCE"`` (or another non-NONE value),
+* ``"migrate-only maintenance-event MIGRATE_ON_HOST_MAINTENANCE"`` - live migration; the
+  VM normally survives it, so the caller decides (see :func:`is_migration`),
+* ``"instance preempted"``,
+* ``"upcoming maintenance SCHEDULED at <windowStartTime>"`` (type may be UNSCHEDULED);
+  the window may be hours away, so the caller decides when to act.
+
+The watcher never interprets notices beyond that; it never crashes on network errors
+(it backs off and retries, logging at debug level).  ``base_url=None`` disables it (off GCP).
+
+The hanging GET uses :mod:`http.client` (what urllib is built on) rather than
+``urllib.request`` because we need the socket: :meth:`MaintenanceWatcher.stop` shuts it
+down so a GET that may hang for ``timeout_s`` ends at once.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BASE_URL = "http://metadata.google.internal/computeMetadata/v1/"
+MIGRATE_PREFIX = "migrate-only "
+MAINTENANCE_EVENT = "instance/maintenance-event"
+PREEMPTED = "instance/preempted"
+UPCOMING = "instance/upcoming-maintenance"
+MAX_BACKOFF_S = 30.0
+
+
+def is_migration(reason: str) -> bool:
+    """True for notices about live migration, which does not stop the VM."""
+    return reason.startswith(MIGRATE_PREFIX)
+
+
+class MetadataError(Exception):
+    """Any failure to get an answer (connection, timeout, unexpected status)."""
+
+
+class _Client:
+    """Tiny metadata client whose in-flight connections can be aborted from another thread."""
+
+    def __init__(self, base_url: str) -> None:
+        parts = urlsplit(base_url)
+        self._host = parts.hostname or "metadata.google.internal"
+        self._port = parts.port or 80
+        self._prefix = parts.path if parts.path.endswith("/") else parts.path + "/"
+        self._lock = threading.Lock()
+        self._live: set[http.client.HTTPConnection] = set()
+        self._closed = False
+
+    def get(self, key: str, timeout_s: float, **query: str) -> tuple[int, str, str | None]:
+        """GET ``key``; returns (status, body, etag). Raises MetadataError on I/O errors."""
+        path = self._prefix + key + ("?" + urlencode(query) if query else "")
+        conn = http.client.HTTPConnection(self._host, self._port, timeout=timeout_s)
+        with self._lock:
+            if self._closed:
+                raise MetadataError("client closed")
+            self._live.add(conn)
+        try:
+            conn.connect()
+            with self._lock:
+                # Checked after connect: abort() either sees our socket or we see _closed.
+                if self._closed:
+                    raise MetadataError("client closed")
+            conn.request("GET", path, headers={"Metadata-Flavor": "Google"})
+            resp = conn.getresponse()
+            body = resp.read().decode(errors="replace")
+            return resp.status, body, resp.getheader("ETag")
+        except (OSError, http.client.HTTPException) as exc:
+            raise MetadataError(f"GET {key}: {exc!r}") from exc
+        finally:
+            with self._lock:
+                self._live.discard(conn)
+            conn.close()
+
+    def abort(self) -> None:
+        """Make every in-flight and future request fail at once."""
+        with self._lock:
+            self._closed = True
+            live = list(self._live)
+        for conn in live:
+            sock = conn.sock
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)  # wakes a blocked recv in another thread
+                except OSError:
+                    pass
+
+
+class MaintenanceWatcher:
+    """Watches the metadata server and reports each new notice once (see module doc)."""
+
+    def __init__(
+        self,
+        base_url: str | None,
+        on_notice: Callable[[str], None],
+        timeout_s: float = 60,
+        interval_s: float = 5.0,
+    ) -> None:
+        self._client = _Client(base_url) if base_url else None
+        self._on_notice = on_notice
+        self._timeout_s = timeout_s
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._last_event = "NONE"
+        self._preempted = False
+        self._upcoming: tuple[str, str] | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self._client is not None
+
+    def start(self) -> None:
+        if self._client is None or self._threads:
+            return
+        for name, target in (("events", self._event_loop), ("poll", self._poll_loop)):
+            t = threading.Thread(target=target, name=f"tpuq-metadata-{name}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self, timeout_s: float = 2.0) -> None:
+        self._stop.set()
+        if self._client is not None:
+            self._client.abort()
+        for t in self._threads:
+            t.join(timeout_s)
+
+    def _notify(self, reason: str) -> None:
+        log.info("metadata notice: %s", reason)
+        try:
+            self._on_notice(reason)
+        except Exception:  # a buggy callback must not kill the watcher
+            log.exception("on_notice(%r) raised", reason)
+
+    # -- maintenance-event: hanging GETs ----------------------------------------------
+
+    def _event_loop(self) -> None:
+        assert self._client is not None
+        etag: str | None = None
+        backoff = 0.5
+        while not self._stop.is_set():
+            query = {}
+            if etag is not None:  # the first GET returns at once and gives us an ETag
+                query = {"wait_for_change": "true", "last_etag": etag,
+                         "timeout_sec": str(int(self._timeout_s))}
+            try:
+                status, body, new_etag = self._client.get(
+                    MAINTENANCE_EVENT, self._timeout_s + 10, **query)
+            except MetadataError as exc:
+                log.debug("maintenance-event: %s; retry in %.1fs", exc, backoff)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+                continue
+            if status != 200:
+                log.debug("maintenance-event: HTTP %s; retry in %.1fs", status, backoff)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+                continue
+            backoff = 0.5
+            etag = new_etag
+            self._on_event_value(body.strip())
+            if etag is None:  # a server without ETags: fall back to polling
+                self._stop.wait(self._interval_s)
+
+    def _on_event_value(self, value: str) -> None:
+        if value == self._last_event:
+            return
+        self._last_event = value
+        if value == "NONE" or not value:
+            return  # maintenance over: the next event is new again
+        if value.startswith("MIGRATE"):
+            self._notify(f"{MIGRATE_PREFIX}maintenance-event {value}")
+        else:
+            self._notify(f"maintenance-event {value}")
+
+    # -- preempted and upcoming-maintenance: polling ----------------------------------
+
+    def _poll_loop(self) -> None:
+        assert self._client is not None
+        backoff = 0.5
+        while not self._stop.is_set():
+            try:
+                self._poll_preempted()
+                self._poll_upcoming()
+                backoff = 0.5
+                delay = self._interval_s
+            except MetadataError as exc:
+                log.debug("metadata poll: %s; retry in %.1fs", exc, backoff)
+                delay = min(backoff, self._interval_s)
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+            self._stop.wait(delay)
+
+    def _poll_preempted(self) -> None:
+        assert self._client is not None
+        status, body, _ = self._client.get(PREEMPTED, 5.0)
+        if status != 200:
+            raise MetadataError(f"GET {PREEMPTED}: HTTP {status}")
+        preempted = body.strip().upper() == "TRUE"
+        if preempted and not self._preempted:
+            self._notify("instance preempted")
+        self._preempted = preempted
+
+    def _poll_upcoming(self) -> None:
+        assert self._client is not None
+        status, body, _ = self._client.get(UPCOMING, 5.0)
+        if status == 404:  # no maintenance scheduled: GCE answers with an error body
+            self._upcoming = None
+            return
+        if status != 200:
+            raise MetadataError(f"GET {UPCOMING}: HTTP {status}")
+        try:
+            info: Any = json.loads(body)
+        except ValueError as exc:
+            raise MetadataError(f"GET {UPCOMING}: bad JSON {body[:80]!r}") from exc
+        if not isinstance(info, dict):
+            raise MetadataError(f"GET {UPCOMING}: not an object")
+        kind = str(info.get("maintenanceType", "UNKNOWN"))
+        start = str(info.get("windowStartTime", "unknown time"))
+        if (kind, start) != self._upcoming:  # a status change alone is not a new event
+            self._upcoming = (kind, start)
+            self._notify(f"upcoming maintenance {kind} at {start}")
+
+
+def read_topology(base_url: str | None, timeout_s: float = 2.0) -> dict[str, Any]:
+    """Host topology from metadata attributes; None values when unknown or unreachable.
+
+    Keys: ``accelerator_type`` (str, e.g. "v4-8"), ``agent_worker_number`` (int),
+    ``worker_network_endpoints`` (str, raw).
+    """
+    result: dict[str, Any] = {
+        "accelerator_type": None, "agent_worker_number": None, "worker_network_endpoints": None,
+    }
+    if not base_url:
+        return result
+    client = _Client(base_url)
+    for key in result:
+        try:
+            status, body, _ = client.get("instance/attributes/" + key.replace("_", "-"), timeout_s)
+        except MetadataError as exc:
+            log.debug("read_topology: %s", exc)
+            if key == "accelerator_type":
+                break  # unreachable server: do not pay the timeout three times
+            continue
+        if status == 200 and body.strip():
+            result[key] = body.strip()
+    try:
+        if result["agent_worker_number"] is not None:
+            result["agent_worker_number"] = int(result["agent_worker_number"])
+    except ValueError:
+        result["agent_worker_number"] = None
+    return result

@@ -1,0 +1,248 @@
+"""Supervises one attempt: own the chips, spawn, renew the lease, stop, record the end.
+
+The child is a fresh exec'd process in its own session (never a fork of the agent, which
+may hold threads and database connections; JAX breaks under fork), so the whole group
+can be signalled. The loop waits on the child's pidfd and a wake pipe, never on a sleep:
+an exit, a cancel and a lease renewal are each handled the moment they are due.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import selectors
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tpuq.agent import environment, exits, holders
+from tpuq.agent.chiplocks import ChipBusy, ChipLocks
+from tpuq.state import attempts, jobs
+from tpuq.state.attempts import Ending
+from tpuq.state.states import Outcome, StopRequest
+
+if TYPE_CHECKING:
+    from tpuq.agent.executor import Executor as HostContext
+
+log = logging.getLogger("tpuq.agent")
+
+
+@dataclass(frozen=True)
+class Work:
+    """What the supervisor needs of the job, read once when the doorbell rang."""
+
+    job_id: int
+    attempt: int
+    chips: tuple[int, ...]
+    command: tuple[str, ...]
+    cwd: str
+    env: dict[str, str]
+    stop_signal: str
+    grace_s: float
+    time_limit_s: float | None
+    tcmalloc: bool
+    resumed: bool
+
+
+class Supervisor(threading.Thread):
+    def __init__(self, ctx: HostContext, work: Work) -> None:
+        super().__init__(name=f"job-{work.job_id}.{work.attempt}", daemon=True)
+        self.ctx = ctx
+        self.work = work
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._wake_r, self._wake_w = os.pipe()
+        self._kill_now = False
+        self._signalled_at: float | None = None
+        self.ending: Ending | None = None
+
+    # ---- called from other threads ---------------------------------------------------
+    def notify(self) -> None:
+        """Check the database for a stop request now, not at the next renewal."""
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass
+
+    def kill_now(self) -> None:
+        """Second-stage stop: SIGKILL without waiting out the grace."""
+        self._kill_now = True
+        self.notify()
+
+    # ---- the attempt -----------------------------------------------------------------
+    def run(self) -> None:
+        locks = ChipLocks(self.ctx.settings.chip_lock_dir, self.work.chips)
+        try:
+            self._run_locked(locks)
+        except Exception:  # noqa: BLE001 - the attempt must end in the database whatever broke
+            log.exception("supervisor of job %s failed", self.work.job_id)
+            self._finish(Ending(Outcome.HOST_ERROR, "agent error while supervising (see agent log)"))
+        finally:
+            locks.release()
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+            self.ctx.attempt_done(self)
+
+    def _run_locked(self, locks: ChipLocks) -> None:
+        w = self.work
+        try:
+            locks.acquire()
+        except ChipBusy as e:
+            self._finish(Ending(Outcome.HOST_ERROR, str(e)))
+            return
+        log_path = self.ctx.log_path(w.job_id, w.attempt)
+        with self.ctx.db.write() as s:
+            started = attempts.start(s, w.job_id, w.attempt, self.ctx.name, boot_id=self.ctx.boot_id,
+                                     log_path=log_path, lease_s=self.ctx.settings.lease_s)
+        if not started:
+            log.info("job %s attempt %s: stale doorbell, ignored", w.job_id, w.attempt)
+            return
+        try:
+            self.proc = self._spawn(log_path)
+        except OSError as e:
+            self._finish(Ending(Outcome.FAILED, f"could not start: {e}"))
+            return
+        with self.ctx.db.write() as s:
+            attempts.record_process(s, w.job_id, w.attempt, self.proc.pid,
+                                    holders.proc_start_ticks(self.proc.pid))
+        fenced = self._wait()
+        code = self.proc.returncode
+        if fenced:
+            log.warning("job %s attempt %s lost its lease; killed", w.job_id, w.attempt)
+            return
+        self._finish(self._natural_ending(exits.from_returncode(code), log_path))
+
+    def _spawn(self, log_path: str) -> subprocess.Popen[bytes]:
+        w = self.work
+        os.makedirs(os.path.dirname(log_path), exist_ok=True)
+        env = self.ctx.attempt_env(w, self._progress_path())
+        with open(log_path, "ab") as out:
+            return subprocess.Popen(
+                list(w.command), cwd=w.cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+                restore_signals=True,
+            )
+
+    def _progress_path(self) -> str:
+        return self.ctx.log_path(self.work.job_id, self.work.attempt) + ".progress"
+
+    # ---- waiting ----------------------------------------------------------------------
+    def _wait(self) -> bool:
+        """Wait for the child; True when this attempt was fenced out and killed."""
+        assert self.proc is not None
+        pidfd = os.pidfd_open(self.proc.pid)
+        sel = selectors.DefaultSelector()
+        sel.register(pidfd, selectors.EVENT_READ, "exit")
+        sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+        renew_every = max(self.ctx.settings.lease_s / 3, 0.05)
+        started = time.monotonic()
+        next_renew = started + renew_every
+        kill_at: float | None = None
+        try:
+            while True:
+                now = time.monotonic()
+                deadlines = [next_renew] + [t for t in (kill_at, self._limit_at(started)) if t]
+                events = sel.select(max(0.0, min(deadlines) - now))
+                if any(key.data == "exit" for key, _ in events):
+                    # the leader is a zombie until reaped, so its pid (= the group id) cannot
+                    # be reused yet: kill what is left of the job first, then reap
+                    _kill_group(self.proc.pid)
+                    self.proc.wait()
+                    return False
+                woken = any(key.data == "wake" for key, _ in events)
+                if woken:
+                    os.read(self._wake_r, 4096)
+                now = time.monotonic()
+                if self._kill_now or (kill_at is not None and now >= kill_at):
+                    _kill_group(self.proc.pid)
+                    kill_at = None
+                limit_at = self._limit_at(started)
+                if limit_at is not None and now >= limit_at and self._signalled_at is None:
+                    self._request(StopRequest.TIMEOUT)
+                    woken = True
+                if woken or now >= next_renew:
+                    next_renew = now + renew_every
+                    lease = self._renew()
+                    if not lease.held:
+                        _kill_group(self.proc.pid)
+                        self.proc.wait()
+                        return True
+                    if lease.stop_request and self._signalled_at is None:
+                        kill_at = self._send_stop_signal()
+        finally:
+            sel.close()
+            os.close(pidfd)
+
+    def _limit_at(self, started: float) -> float | None:
+        limit = self.work.time_limit_s
+        return None if limit is None or self._signalled_at is not None else started + limit
+
+    def _renew(self) -> attempts.Lease:
+        w = self.work
+        with self.ctx.db.write() as s:
+            return attempts.renew(s, w.job_id, w.attempt, self.ctx.name, self.ctx.settings.lease_s)
+
+    def _request(self, kind: StopRequest) -> None:
+        with self.ctx.db.write() as s:
+            jobs.request_stop(s, self.work.job_id, "agent", kind)
+
+    def _send_stop_signal(self) -> float:
+        """Signal the whole process group; returns when to SIGKILL it."""
+        assert self.proc is not None
+        sig = signal.Signals[self.work.stop_signal]
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        self._signalled_at = time.monotonic()
+        return self._signalled_at + self.work.grace_s
+
+    # ---- the end ------------------------------------------------------------------------
+    def _natural_ending(self, ex: exits.Exit, log_path: str) -> Ending:
+        """How the attempt ended by itself; a stop request overrides it in the database."""
+        if ex.succeeded:
+            return Ending(Outcome.SUCCEEDED, ex.words, ex.code, ex.signal)
+        if ex.code == exits.EX_TEMPFAIL:
+            return Ending(Outcome.REQUEUED, f"{ex.words} (EX_TEMPFAIL: job asked to be requeued)",
+                          ex.code, ex.signal)
+        busy = exits.tpu_busy_message(exits.read_tail(log_path))
+        if busy:
+            self.ctx.tpu_busy(busy)
+            return Ending(Outcome.HOST_ERROR, f"TPU busy: {busy.strip()}", ex.code, ex.signal)
+        return Ending(Outcome.FAILED, ex.words, ex.code, ex.signal)
+
+    def _finish(self, end: Ending) -> None:
+        w = self.work
+        progress = _last_progress(self._progress_path())
+        with self.ctx.db.write() as s:
+            if progress is not None:
+                attempts.record_progress(s, w.job_id, w.attempt, *progress)
+            attempts.finish(s, w.job_id, w.attempt, self.ctx.name, end,
+                            retry_backoff_s=self.ctx.settings.retry_backoff_s)
+        self.ending = end
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _last_progress(path: str) -> tuple[int, float] | None:
+    """The last step the job reported through tpuq.job.checkpointed()."""
+    try:
+        with open(path, "rb") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return None
+    for line in reversed(lines):
+        try:
+            rec = json.loads(line)
+            return int(rec["step"]), float(rec["time"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return None

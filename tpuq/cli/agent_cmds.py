@@ -1,0 +1,91 @@
+"""`tpuq agent`, `tpuq db ...`, `tpuq config`: running and operating tpuq itself."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import signal
+import sys
+
+import click
+
+from tpuq.cli import context
+from tpuq.cli.errors import Unavailable
+
+
+@click.command()
+@click.option("--host", envvar="TPUQ_HOST", help="This host's name (default: hostname).")
+@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+def agent(host: str | None, verbose: bool) -> None:
+    """Run the host agent in the foreground (one per TPU VM).
+
+    It finds the TPU chips, runs queued jobs as the only owner of their chips, and
+    (embedded deployment) schedules too. Ctrl-C or SIGTERM: running jobs get their stop
+    signal and grace period and are requeued; a second Ctrl-C kills them at once.
+    """
+    from tpuq.agent.main import Agent, AgentError, reset_signals, socket_has_agent
+
+    reset_signals()
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    cfg = context.settings()
+    if host:
+        cfg = dataclasses.replace(cfg, host=host)
+    if cfg.embedded and socket_has_agent(cfg.socket_path):
+        raise Unavailable(f"an agent already answers on {cfg.socket_path}")
+    db = context.database(cfg)
+    try:
+        a = Agent(cfg, db)
+        a.start()
+    except AgentError as e:
+        raise Unavailable(str(e)) from None
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: a.request_stop())
+    a.run_until_stopped()
+
+
+@click.group()
+def db() -> None:
+    """Database schema: `tpuq db upgrade` applies the migrations."""
+
+
+@db.command()
+def upgrade() -> None:
+    """Apply all Alembic migrations to the configured database."""
+    from tpuq.state.db import SCHEMA_HEAD, Database
+
+    cfg = context.settings()
+    database = Database(cfg.db_url)
+    before = database.schema_version()
+    database.upgrade()
+    click.echo(f"{database.safe_url}: {before or 'empty'} -> {SCHEMA_HEAD}")
+
+
+@db.command()
+def current() -> None:
+    """Print the database's schema revision and the one this tpuq needs."""
+    from tpuq.state.db import SCHEMA_HEAD, Database
+
+    database = Database(context.settings().db_url)
+    click.echo(f"{database.safe_url}: at {database.schema_version() or 'nothing'}, "
+               f"tpuq needs {SCHEMA_HEAD}")
+
+
+@click.command()
+@context.json_option
+def config(as_json: bool) -> None:
+    """Show the settings in effect and the environment variable for each."""
+    from tpuq.settings import CONFIG_ENV, ENV
+
+    cfg = context.settings()
+    values = dataclasses.asdict(cfg)
+    if as_json:
+        context.echo_json(values)
+        return
+    click.echo(f"# config file: ${CONFIG_ENV} or $TPUQ_HOME/config.toml (keys as below)")
+    for name, var in ENV.items():
+        click.echo(f"{name:24} {var:28} {values[name]!r}")
+
+
+COMMANDS = [agent, db, config]

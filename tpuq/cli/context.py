@@ -1,0 +1,55 @@
+"""What every command needs: settings, the database, the doorbell, the JSON switch."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from tpuq import settings as settings_mod
+
+if TYPE_CHECKING:
+    from tpuq.settings import Settings
+    from tpuq.state.db import Database
+
+
+def settings() -> Settings:
+    return settings_mod.load()
+
+
+def database(cfg: Settings) -> Database:
+    """The configured database, schema checked.
+
+    The embedded default (no TPUQ_DATABASE_URL) creates and upgrades itself on first use;
+    a database named explicitly is only ever changed by `tpuq db upgrade`.
+    """
+    from tpuq.state.db import open_database
+
+    return open_database(cfg, auto_upgrade=not cfg.database_url)
+
+
+def ring(cfg: Settings) -> None:
+    """Tell the scheduler and agents something changed; they poll if nobody answers."""
+    if cfg.embedded:
+        from tpuq import localclient
+
+        localclient.wake(cfg.socket_path)
+    else:
+        from tpuq.queue import doorbell
+
+        doorbell.ring_scheduler(cfg)
+
+
+def echo_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+def json_option(f: Any) -> Any:
+    return click.option("--json", "as_json", is_flag=True, envvar="TPUQ_JSON",
+                        help="Print JSON for scripts instead of a table.")(f)
+
+
+def actor(cfg: Settings) -> str:
+    return cfg.user_name or os.environ.get("USER", "?")

@@ -1,0 +1,38 @@
+"""One error path: a user mistake prints one line and exits non-zero, never a traceback."""
+
+from __future__ import annotations
+
+import click
+
+
+class UserError(click.ClickException):
+    """A mistake the user can fix; shown as `tpuq: error: <message>`."""
+
+    exit_code = 2
+
+    def show(self, file=None) -> None:  # type: ignore[no-untyped-def,override]
+        click.echo(f"tpuq: error: {self.format_message()}", err=True)
+
+
+class Unavailable(UserError):
+    """A service tpuq needs is down or misconfigured."""
+
+    exit_code = 1
+
+
+def translate(e: BaseException) -> UserError | None:
+    """Known failure types from the library, as messages for people."""
+    from tpuq.settings import SettingsError
+    from tpuq.spec import SpecError
+
+    if isinstance(e, (SpecError, SettingsError)):
+        return UserError(str(e))
+    name = type(e).__name__
+    if name in ("SchemaError", "AgentError"):
+        return Unavailable(str(e))
+    if name == "OperationalError" or name == "InterfaceError":
+        first = str(getattr(e, "orig", e)).strip().splitlines()[0]
+        return Unavailable(f"cannot use the database: {first}")
+    if name in ("OperationalError", "ConnectionError") or isinstance(e, ConnectionError):
+        return Unavailable(f"cannot reach a service: {e}")
+    return None

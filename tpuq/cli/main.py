@@ -1,0 +1,63 @@
+"""`tpuq`: the command line. Thin commands over the library.
+
+Heavy imports (SQLAlchemy, Celery) happen inside the commands that need them, so
+`tpuq submit` through the local agent stays fast.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from tpuq import __version__
+from tpuq.cli import agent_cmds, control, logs, show, status, submit
+from tpuq.cli.errors import UserError, translate
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="tpuq")
+def cli() -> None:
+    """tpuq: a job queue for people sharing Cloud TPU VMs.
+
+    \b
+    Start the host agent once per TPU VM:   tpuq agent
+    Then, from any shell on the VM:
+      tpuq submit train.py --lr 3e-4        queue a Python script (your venv, your cwd)
+      tpuq submit -- bash run.sh a b        queue any command
+      tpuq status                           the team's jobs and hosts
+      tpuq logs 12 -f                       follow a job's output
+      tpuq show 12                          spec, attempts and timeline of one job
+      tpuq cancel 12                        stop it (signal, grace, then kill)
+      tpuq resubmit --failed --since 1d     run failed jobs again
+
+    Configuration comes from TPUQ_* environment variables or $TPUQ_HOME/config.toml;
+    see `tpuq config`.
+    """
+
+
+for command in (*submit.COMMANDS, *status.COMMANDS, *show.COMMANDS, *logs.COMMANDS,
+                *control.COMMANDS, *agent_cmds.COMMANDS):
+    cli.add_command(command)
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        cli.main(args=argv, prog_name="tpuq", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except Exception as e:  # noqa: BLE001 - known library errors become one line
+        err = translate(e)
+        if err is None:
+            raise
+        err.show()
+        sys.exit(err.exit_code)
+
+
+__all__ = ["cli", "main", "UserError"]

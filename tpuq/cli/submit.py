@@ -1,0 +1,164 @@
+"""`tpuq submit`: build a checked job spec and queue it.
+
+Fast path: hand the spec to the local agent over its Unix socket (no SQLAlchemy import,
+tens of milliseconds). Without an agent, or in the team deployment, write it to the
+database directly.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+
+import click
+
+from tpuq.cli import context
+from tpuq.cli.errors import Unavailable, UserError
+from tpuq.spec import JobSpec, SpecError, parse_duration
+
+# Taken from the submitter's shell so the job sees the same interpreter and libraries;
+# everything else is set on purpose by the agent. `--env NAME` adds more.
+CAPTURED_ENV = ("PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH", "LD_LIBRARY_PATH")
+CAPTURED_PREFIXES = ("JAX_", "XLA_", "WANDB_", "HF_", "TF_CPP_", "LIBTPU_")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def submitter_python() -> str:
+    """The interpreter a `python` typed in this shell would run (the active venv's)."""
+    venv = os.environ.get("VIRTUAL_ENV")
+    if venv and os.access(os.path.join(venv, "bin", "python"), os.X_OK):
+        return os.path.join(venv, "bin", "python")
+    return shutil.which("python3") or shutil.which("python") or sys.executable
+
+
+def build_command(args: tuple[str, ...], python: str | None) -> list[str]:
+    first = args[0]
+    if first.startswith("-"):
+        raise UserError(f"no such option: {first} (see `tpuq submit --help`)")
+    if first.endswith(".py"):
+        if not os.path.isfile(first):
+            raise UserError(f"script not found: {first}")
+        return [python or submitter_python(), os.path.abspath(first), *args[1:]]
+    if os.sep in first:
+        if not (os.path.isfile(first) and os.access(first, os.X_OK)):
+            raise UserError(f"not an executable file: {first}")
+        return [os.path.abspath(first), *args[1:]]
+    found = shutil.which(first)
+    if found is None:
+        raise UserError(f"command not found: {first}")
+    return [found, *args[1:]]
+
+
+def build_env(assignments: tuple[str, ...]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k in CAPTURED_ENV or k.startswith(CAPTURED_PREFIXES)}
+    for item in assignments:
+        name, eq, value = item.partition("=")
+        if not _ENV_NAME.match(name):
+            raise UserError(f"bad --env {item!r}: expected NAME=VALUE or NAME")
+        if not eq:
+            if name not in os.environ:
+                raise UserError(f"--env {name}: not set in this shell (use {name}=VALUE)")
+            value = os.environ[name]
+        env[name] = value
+    return env
+
+
+@click.command(context_settings={"ignore_unknown_options": True,
+                                 "allow_interspersed_args": False})
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
+@click.option("--name", envvar="TPUQ_JOB_NAME", help="A name to recognise the job by.")
+@click.option("--chips", type=int, envvar="TPUQ_CHIPS",
+              help="Chips to use (default: the whole host). 4-chip hosts allow 1, 2, 4; "
+                   "8-chip hosts 1, 2, 4, 8.")
+@click.option("--tpu-type", envvar="TPUQ_JOB_TPU_TYPE", help="Only hosts of this type, e.g. v4-8.")
+@click.option("--team", envvar="TPUQ_TEAM", help="Team to charge (default from configuration).")
+@click.option("--priority", type=int, default=0, show_default=True, envvar="TPUQ_PRIORITY",
+              help="Higher runs first within your team's fair share.")
+@click.option("--env", "env_items", multiple=True, metavar="NAME[=VALUE]",
+              help="Set a variable for the job (NAME alone copies it from this shell). Repeatable.")
+@click.option("--signal", "stop_signal", default="SIGTERM", show_default=True,
+              envvar="TPUQ_SIGNAL", help="Signal sent to the job's process group to stop it.")
+@click.option("--grace", default="30s", show_default=True, envvar="TPUQ_GRACE",
+              help="Time between the stop signal and SIGKILL, e.g. 30s, 5m.")
+@click.option("--time", "time_limit", envvar="TPUQ_TIME_LIMIT",
+              help="Time limit per attempt (e.g. 12h); the job then gets its signal and grace.")
+@click.option("--max-retries", type=int, default=0, show_default=True, envvar="TPUQ_MAX_RETRIES",
+              help="Run a failed job again up to N times, with backoff. Preemptions never count.")
+@click.option("--no-requeue", is_flag=True, help="Do not requeue the job after a preemption.")
+@click.option("--no-tcmalloc", is_flag=True,
+              help="Do not LD_PRELOAD TCMalloc for this job (it is used when present).")
+@click.option("--python", envvar="TPUQ_PYTHON",
+              help="Interpreter for a .py script (default: the python of this shell's venv).")
+@click.option("--hold", is_flag=True, help="Queue it held; `tpuq release ID` lets it run.")
+@click.option("-q", "--quiet", is_flag=True, help="Print only the job id.")
+@context.json_option
+def submit(command: tuple[str, ...], name: str | None, chips: int | None, tpu_type: str | None,
+           team: str | None, priority: int, env_items: tuple[str, ...], stop_signal: str,
+           grace: str, time_limit: str | None, max_retries: int, no_requeue: bool,
+           no_tcmalloc: bool, python: str | None, hold: bool, quiet: bool, as_json: bool) -> None:
+    """Queue a job: a Python script or, after --, any command.
+
+    \b
+      tpuq submit train.py --lr 3e-4          runs <your python> train.py --lr 3e-4
+      tpuq submit --chips 1 -- bash run.sh a  any command, one chip
+      tpuq submit --time 12h --max-retries 2 train.py
+
+    The job runs in this directory with this shell's interpreter, as the only user of
+    its chips. Options for tpuq come before the script; everything after it is the
+    script's own arguments.
+    """
+    cfg = context.settings()
+    try:
+        spec = JobSpec(
+            command=build_command(command, python), cwd=os.getcwd(), env=build_env(env_items),
+            owner=cfg.user_name, team=team or cfg.team, name=name, priority=priority,
+            chips=chips, tpu_type=tpu_type, stop_signal=stop_signal,
+            grace_s=parse_duration(grace),
+            time_limit_s=parse_duration(time_limit) if time_limit else None,
+            max_retries=max_retries, requeue_on_preempt=not no_requeue, tcmalloc=not no_tcmalloc,
+        ).validate()
+    except SpecError as e:
+        raise UserError(str(e)) from None
+    job_id, note = _send(cfg, spec, hold)
+    if as_json:
+        context.echo_json({"id": job_id, "state": "held" if hold else "queued"})
+    elif quiet:
+        click.echo(job_id)
+    else:
+        click.echo(f"submitted job {job_id}" + (" (held)" if hold else ""))
+    if note and not quiet and not as_json:
+        click.echo(note, err=True)
+
+
+def _send(cfg, spec: JobSpec, hold: bool) -> tuple[int, str]:  # type: ignore[no-untyped-def]
+    if cfg.embedded:
+        from tpuq import localclient
+
+        try:
+            reply = localclient.call(cfg.socket_path,
+                                     {"op": "submit", "spec": spec.to_dict(), "held": hold})
+        except localclient.AgentUnavailable:
+            pass
+        else:
+            if not reply.get("ok"):
+                raise UserError(reply.get("error", "the agent refused the job"))
+            return int(reply["id"]), ""
+    from tpuq.state import jobs
+
+    db = context.database(cfg)
+    with db.write() as s:
+        job_id = jobs.submit(s, spec, held=hold)
+    if cfg.embedded:
+        return job_id, "note: no agent is running on this VM; start one with `tpuq agent`"
+    try:
+        context.ring(cfg)
+    except Exception as e:  # noqa: BLE001 - the job is safe in the database; agents poll
+        raise Unavailable(f"job {job_id} is queued, but the broker is unreachable ({e}); "
+                          "it starts when an agent next polls") from None
+    return job_id, ""
+
+
+COMMANDS = [submit]

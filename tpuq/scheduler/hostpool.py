@@ -1,0 +1,194 @@
+"""Free-chip index of the hosts for one planning pass (pure, stdlib only).
+
+Chip blocks: a job asking N chips on a 4- or 8-chip host takes the chips at positions
+i..i+N-1 of the host's sorted chip indices, with i a multiple of N (aligned, buddy-style).
+That keeps the bounds of TPU_FACTS.md valid (a 2-chip job gets a 1x2 pair, a 4-chip job
+a 2x2 quad) without modelling the physical torus. Among free aligned blocks we take the
+one whose buddy (the other half of the enclosing 2N block) is busiest, so small jobs
+pack into already-broken blocks and larger aligned blocks stay free.
+
+Best fit: among hosts that can take the block we pick the one with the fewest free chips,
+so small jobs fill partly used hosts and whole hosts stay whole.
+
+Index: `fit[(host_type, need)][free_count]` is an insertion-ordered set of hosts that
+currently have a free aligned block of `need` chips (need 0 = the whole host, bucketed by
+host size so the smallest whole host wins). Free chips only shrink during a pass, so an
+empty (type, need) entry stays empty: one dict lookup rejects a job for lack of room.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tpuq.scheduler.policy import HostView
+
+WHOLE = 0  # need key meaning "the whole host"
+Key = tuple[str | None, int]  # (host tpu_type, need); type None = unknown host type
+QuotaOk = Callable[[str | None, int], bool]  # (host type, chips) -> may the job take them
+
+
+def allowed_chip_counts(host_chip_count: int) -> tuple[int, ...]:
+    """Chip counts a job may ask for on a host with this many chips (TPU_FACTS.md bounds)."""
+    if host_chip_count == 4:
+        return (1, 2, 4)
+    if host_chip_count == 8:
+        return (1, 2, 4, 8)
+    return (host_chip_count,) if host_chip_count > 0 else ()
+
+
+def need_key(chips: int | None) -> int:
+    """Index key of a request: WHOLE for None, -1 (never offered) for nonsense counts."""
+    if chips is None:
+        return WHOLE
+    return chips if chips > 0 else -1
+
+
+class Host:
+    __slots__ = ("allowed", "chips", "entries", "free", "n", "name", "schedulable", "type")
+
+    def __init__(self, view: HostView) -> None:
+        self.name = view.name
+        self.type = view.tpu_type
+        self.chips = tuple(sorted(set(view.chips)))
+        self.n = len(self.chips)
+        self.allowed = allowed_chip_counts(self.n)
+        self.free = set(view.free).intersection(self.chips)
+        self.schedulable = view.schedulable
+        self.entries: list[tuple[Key, int]] = []
+
+    def size_for(self, need: int) -> int:
+        return self.n if need == WHOLE else need
+
+    def blocks(self, need: int) -> Iterable[tuple[int, tuple[int, ...]]]:
+        """(position, chips) of every aligned block of `need` chips (free or not)."""
+        size = self.size_for(need)
+        if size not in self.allowed:
+            return ()
+        return ((i, self.chips[i : i + size]) for i in range(0, self.n, size))
+
+    def has_block(self, need: int) -> bool:
+        if len(self.free) < self.size_for(need):
+            return False
+        return any(self.free.issuperset(b) for _, b in self.blocks(need))
+
+    def busy_in_best_block(self, need: int) -> int | None:
+        """Fewest busy chips over aligned blocks: how far the host is from fitting."""
+        counts = [sum(c not in self.free for c in b) for _, b in self.blocks(need)]
+        return min(counts) if counts else None
+
+    def pick_block(self, need: int) -> tuple[int, ...]:
+        size = self.size_for(need)
+        best: tuple[int, ...] = ()
+        best_busy = -1
+        for i, block in self.blocks(need):
+            if not self.free.issuperset(block):
+                continue
+            start = i - i % (2 * size)
+            buddy = self.chips[start : start + 2 * size] if 2 * size <= self.n else ()
+            busy = sum(c not in self.free for c in buddy)
+            if busy > best_busy:
+                best, best_busy = block, busy
+        return best
+
+
+class Pool:
+    """Schedulable hosts with free chips, indexed for best-fit lookups."""
+
+    def __init__(self, views: Iterable[HostView]) -> None:
+        self.hosts = [Host(v) for v in views]
+        self.fit: dict[Key, dict[int, dict[Host, None]]] = {}
+        self.any_count: dict[int, int] = {}  # need -> hosts of any type with room
+        self.by_type: dict[str | None, list[Host]] = {}
+        self.offered: set[Key] = set()  # job view: (job tpu_type or None=any, need)
+        self.min_whole: dict[str | None, int] = {}  # smallest host per job type key
+        self.reserved: dict[str, int] = {}  # host name -> job id
+        self.reserved_hosts: list[tuple[Host, int, float]] = []  # host, job id, since
+        for h in self.hosts:
+            self._offer(h)
+            if h.schedulable and h.n:
+                self.by_type.setdefault(h.type, []).append(h)
+                self._index(h)
+        self.types = list(self.by_type)
+
+    def _offer(self, h: Host) -> None:
+        if not h.n:
+            return
+        for t in {h.type, None}:
+            self.offered.update((t, need) for need in (WHOLE, *h.allowed))
+            self.min_whole[t] = min(self.min_whole.get(t, h.n), h.n)
+
+    def _index(self, h: Host) -> None:
+        fc = len(h.free)
+        entries: list[tuple[Key, int]] = []
+        if fc and fc == h.n:
+            entries.append(((h.type, WHOLE), h.n))
+        entries.extend(((h.type, need), fc) for need in h.allowed if h.has_block(need))
+        for key, slot in entries:
+            self.fit.setdefault(key, {}).setdefault(slot, {})[h] = None
+            self.any_count[key[1]] = self.any_count.get(key[1], 0) + 1
+        h.entries = entries
+
+    def _unindex(self, h: Host) -> None:
+        for key, slot in h.entries:
+            buckets = self.fit[key]
+            del buckets[slot][h]
+            if not buckets[slot]:
+                del buckets[slot]
+                if not buckets:
+                    del self.fit[key]
+            left = self.any_count[key[1]] - 1
+            if left:
+                self.any_count[key[1]] = left
+            else:
+                del self.any_count[key[1]]
+        h.entries = []
+
+    def has_room(self, job_type: str | None, need: int) -> bool:
+        if job_type is None:
+            return need in self.any_count
+        return (job_type, need) in self.fit
+
+    def best(self, job_type: str | None, need: int, ok: QuotaOk | None) -> Host | None:
+        """Best-fit host for the request whose type/size the team's quota allows."""
+        found: Host | None = None
+        found_fc = 0
+        for t in self.types if job_type is None else (job_type,):
+            buckets = self.fit.get((t, need))
+            for fc in sorted(buckets) if buckets else ():
+                if found is not None and fc >= found_fc:
+                    break
+                if ok is None or ok(t, fc if need == WHOLE else need):
+                    found, found_fc = next(iter(buckets[fc])), fc  # type: ignore[index]
+                    break
+                if need != WHOLE:
+                    break  # quota does not depend on the bucket: nothing else of type t
+        return found
+
+    def take(self, h: Host, need: int) -> tuple[int, ...]:
+        block = h.pick_block(need)
+        self._unindex(h)
+        h.free.difference_update(block)
+        self._index(h)
+        return block
+
+    def drain_candidate(self, job_type: str | None, need: int, ok: QuotaOk) -> Host | None:
+        """Host the request would fit on soonest: fewest busy chips in an aligned block."""
+        best: Host | None = None
+        best_key = (0, 0)
+        for t in self.types if job_type is None else (job_type,):
+            for h in self.by_type.get(t, ()):
+                busy = h.busy_in_best_block(need)
+                if busy is None or h.name in self.reserved or not ok(t, h.size_for(need)):
+                    continue
+                key = (busy, -len(h.free))
+                if best is None or key < best_key:
+                    best, best_key = h, key
+        return best
+
+    def reserve(self, h: Host, job_id: int, since: float) -> None:
+        """Keep the host's free chips for `job_id`: later jobs of this pass skip it."""
+        self._unindex(h)
+        self.reserved[h.name] = job_id
+        self.reserved_hosts.append((h, job_id, since))

@@ -1,0 +1,97 @@
+"""The leader's scheduling pass: read a snapshot, ask the pure policy, apply its plan.
+
+Everything happens in one write transaction under the leader lease: the snapshot, the
+plan and every `queued -> assigned` change with its chip rows. Doorbells are rung only
+after the commit, so a host can never be told about an assignment that did not happen.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+
+from sqlalchemy.orm import Session
+
+from tpuq.scheduler import policy
+from tpuq.settings import Settings
+from tpuq.state import attempts, leader, snapshot
+from tpuq.state.db import Database
+
+log = logging.getLogger("tpuq.scheduler")
+ROLE = "scheduler"
+Ring = Callable[[str, int, int], None]  # (host, job_id, attempt)
+
+
+def views(snap: snapshot.Snapshot) -> tuple[list[policy.JobView], list[policy.HostView],
+                                             dict[str, policy.TeamView]]:
+    jobs = [policy.JobView(id=r.id, team=r.team, user=r.owner, priority=r.priority,
+                           submitted_at=r.submitted_at, chips=r.chips, tpu_type=r.tpu_type,
+                           not_before=r.not_before) for r in snap.queued]
+    hosts = [policy.HostView(name=name, tpu_type=tpu_type, chips=chips,
+                             free=frozenset(chips) - snap.used.get(name, set()),
+                             schedulable=ok) for name, tpu_type, chips, ok in snap.hosts]
+    teams = {t: policy.TeamView(name=t, running_chips=n, running_by_type=by_type,
+                                running_by_user=by_user)
+             for t, (n, by_type, by_user) in snap.team_running.items()}
+    return jobs, hosts, teams
+
+
+def plan_for(s: Session, settings: Settings) -> tuple[snapshot.Snapshot, policy.Plan]:
+    snap = snapshot.read(s, settings.host_stale_s)
+    jobs, hosts, teams = views(snap)
+    return snap, policy.plan(jobs, hosts, teams, snap.now, snap.succeeded)
+
+
+class Scheduler:
+    def __init__(self, db: Database, settings: Settings, holder: str, ring: Ring) -> None:
+        self.db = db
+        self.settings = settings
+        self.holder = holder
+        self.ring = ring
+        self.leading = False
+
+    def run_pass(self) -> int:
+        """One pass; returns how many jobs were assigned."""
+        rung: list[tuple[str, int, int]] = []
+        with self.db.write() as s:
+            self._lead(leader.acquire(s, ROLE, self.holder, self.settings.lease_s))
+            if not self.leading:
+                return 0
+            snap, plan = plan_for(s, self.settings)
+            attempt_of = {r.id: r.attempt for r in snap.queued}
+            for a in plan.assignments:
+                n = attempts.assign(s, a.job_id, attempt_of[a.job_id], a.host, a.chips,
+                                    self.settings.lease_s)
+                if n is not None:
+                    rung.append((a.host, a.job_id, n))
+        for host, job_id, n in rung:
+            self.ring(host, job_id, n)
+        return len(rung)
+
+    def reap(self) -> list[int]:
+        """Requeue jobs whose host stopped renewing their lease (leader only)."""
+        if not self.leading:
+            return []
+        with self.db.write() as s:
+            requeued = attempts.requeue_expired(s)
+        if requeued:
+            log.warning("requeued jobs with expired leases: %s", requeued)
+        return requeued
+
+    def resign(self) -> None:
+        if self.leading:
+            with self.db.write() as s:
+                leader.release(s, ROLE, self.holder)
+            self.leading = False
+
+    def _lead(self, now_leading: bool) -> None:
+        if now_leading != self.leading:
+            log.info("%s scheduler leadership", "took" if now_leading else "lost")
+        self.leading = now_leading
+
+
+def waiting_reasons(db: Database, settings: Settings) -> Mapping[int, str]:
+    """Why each queued job waits, computed as the leader would (for `tpuq status`)."""
+    with db.read() as s:
+        _, plan = plan_for(s, settings)
+    return plan.waiting

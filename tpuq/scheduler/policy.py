@@ -1,0 +1,322 @@
+"""Placement and ordering policy: inputs in, decisions out (no I/O, stdlib only).
+
+One `plan()` call is one pass of the scheduler leader loop:
+
+1. Filters: held, retry backoff (`not_before`), unmet dependencies, a shape no host
+   offers, team quotas (grant, budget, concurrent chips, per type, per user).
+2. Order (see fairshare.py): team fair share, then priority, age, id. Team rank is fixed
+   for the pass; quota counters are updated after every assignment of the pass.
+3. Placement (see hostpool.py): best fit on aligned chip blocks.
+
+Backfill and starvation: the pass is work-conserving -- when a job finds no room, later
+(smaller) jobs may still take free chips. That keeps chips busy but lets a stream of
+small jobs starve a large one forever (every chip that frees is grabbed before a whole
+aligned block frees). Mitigation: a multi-chip job that finds no room and has waited
+longer than `reserve_after_s` reserves the host it would fit on soonest (fewest busy
+chips in an aligned block); no later job of the pass takes chips there, so the host
+drains. Jobs ordered before it still may (the ordering decides who goes first; fair share
+eventually ranks its team first). At most `max_reservations` hosts are reserved per pass
+to bound the chips left idle. 1-chip jobs never reserve: any freed chip fits them.
+
+Waiting reasons describe the state after applying the plan, and are computed lazily when
+`Plan.waiting` is read (a 100k-job queue would otherwise cost more than the pass itself);
+results are shared per (team, user, type, size) so reading all of them stays cheap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from tpuq.scheduler.fairshare import (
+    decay,
+    group_by_team,
+    order,
+    sort_within_team,
+    teams_in_order,
+)
+from tpuq.scheduler.hostpool import WHOLE, Pool, allowed_chip_counts, need_key
+from tpuq.scheduler.quota import TeamState, clock
+
+__all__ = [
+    "Assignment",
+    "HostView",
+    "JobView",
+    "Plan",
+    "TeamView",
+    "allowed_chip_counts",
+    "decay",
+    "fits_shape",
+    "order",
+    "plan",
+]
+
+_NO_COUNTS: Mapping[str, int] = MappingProxyType({})
+
+
+def _no_counts() -> Mapping[str, int]:
+    return _NO_COUNTS
+
+
+@dataclass(frozen=True)
+class HostView:
+    name: str
+    tpu_type: str | None  # e.g. "v4-8"; None = unknown (only jobs of any type go there)
+    chips: tuple[int, ...]  # all chip indices on the host
+    free: frozenset[int]  # chips not allocated right now
+    schedulable: bool = True  # False when draining, busy (foreign holder), heartbeat stale
+
+
+@dataclass(frozen=True)
+class JobView:
+    id: int
+    team: str
+    user: str
+    priority: int  # higher first
+    submitted_at: float  # epoch seconds; older first
+    chips: int | None  # None = whole host
+    tpu_type: str | None = None  # None = any
+    held: bool = False
+    not_before: float | None = None  # retry backoff: not eligible before this time
+    depends_on: tuple[int, ...] = ()  # job ids that must have succeeded
+    est_hours: float = 0.0  # for budget checks (0 = unknown, not checked)
+
+
+@dataclass(frozen=True)
+class TeamView:
+    name: str
+    share: float = 1.0  # relative fair share weight
+    usage: float = 0.0  # decayed chip-hours so far (caller decays; see decay())
+    running_chips: int = 0
+    running_by_type: Mapping[str, int] = field(default_factory=_no_counts)  # by host tpu_type
+    running_by_user: Mapping[str, int] = field(default_factory=_no_counts)
+    max_chips: int | None = None
+    max_chips_by_type: Mapping[str, int] = field(default_factory=_no_counts)  # "v4-8" or "v4"
+    max_chips_per_user: int | None = None
+    budget_left: float | None = None  # chip-hours left in the current period
+    budget_resets_at: float | None = None  # epoch seconds, for the wait reason
+    grant_expires_at: float | None = None
+    budget_period: str = "weekly"  # word used in budget reasons
+
+
+@dataclass(frozen=True)
+class Assignment:
+    job_id: int
+    host: str
+    chips: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    assignments: tuple[Assignment, ...]
+    waiting: Mapping[int, str]  # job_id -> reason, for every queued job not assigned
+    reserved: Mapping[str, int] = field(default_factory=_no_counts)  # host -> job id
+
+
+def fits_shape(job_chips: int | None, host: HostView) -> bool:
+    """Could the host ever run a job of this size (ignores type and current free chips)?"""
+    n = len(set(host.chips))
+    if job_chips is None:
+        return n > 0
+    return job_chips in allowed_chip_counts(n)
+
+
+def plan(
+    jobs: Sequence[JobView],
+    hosts: Sequence[HostView],
+    teams: Mapping[str, TeamView],
+    now: float,
+    succeeded: frozenset[int] = frozenset(),
+    *,
+    reserve_after_s: float = 600.0,
+    max_reservations: int = 4,
+) -> Plan:
+    """Decide which queued jobs start now and where; say why the others wait."""
+    planner = _Planner(hosts, teams, now, succeeded, reserve_after_s, max_reservations)
+    planner.run(jobs)
+    return Plan(
+        assignments=tuple(planner.assignments),
+        waiting=_Waiting(planner, jobs),
+        reserved=MappingProxyType(dict(planner.pool.reserved)),
+    )
+
+
+class _Planner:
+    def __init__(
+        self,
+        hosts: Sequence[HostView],
+        teams: Mapping[str, TeamView],
+        now: float,
+        succeeded: frozenset[int],
+        reserve_after_s: float,
+        max_reservations: int,
+    ) -> None:
+        self.pool = Pool(hosts)
+        self.teams = teams
+        self.now = now
+        self.succeeded = succeeded
+        self.reserve_after_s = reserve_after_s
+        self.max_reservations = max_reservations
+        self.states: dict[str, TeamState] = {}
+        self.assignments: list[Assignment] = []
+        self.assigned: set[int] = set()
+        self.reserved_for: dict[int, str] = {}  # job id -> host name
+        self.memo: dict[tuple[object, ...], str] = {}
+
+    def state(self, team: str) -> TeamState:
+        ts = self.states.get(team)
+        if ts is None:
+            ts = self.states[team] = TeamState(self.teams.get(team) or TeamView(team), self.now)
+        return ts
+
+    def run(self, jobs: Sequence[JobView]) -> None:
+        groups = group_by_team(jobs)
+        for name in teams_in_order(groups, self.teams):
+            if not self.pool.fit:
+                return  # no free chip anywhere: the rest only needs reasons (lazy)
+            ts = self.state(name)
+            if ts.full():
+                continue  # sorting a blocked team's backlog would be wasted work
+            group = groups[name]
+            sort_within_team(group)
+            self._scan_team(ts, group)
+
+    def _scan_team(self, ts: TeamState, group: list[JobView]) -> None:
+        # Hot loop: cheapest rejections first; reasons are produced later by explain().
+        pool, now, succeeded, offered = self.pool, self.now, self.succeeded, self.pool.offered
+        for job in group:
+            if job.held or (job.not_before is not None and job.not_before > now):
+                continue
+            if job.depends_on and not succeeded.issuperset(job.depends_on):
+                continue
+            need = need_key(job.chips)
+            if (job.tpu_type, need) not in offered:
+                continue
+            if not pool.has_room(job.tpu_type, need):
+                self._maybe_reserve(job, ts, need)
+            elif self._try_place(job, ts, need) and ts.full():
+                return
+            if not pool.fit:
+                return
+
+    def _try_place(self, job: JobView, ts: TeamState, need: int) -> bool:
+        user, est = job.user, job.est_hours
+        if job.tpu_type is not None and need != WHOLE:
+            if ts.check(user, need, job.tpu_type, est) is not None:
+                return False
+            host = self.pool.best(job.tpu_type, need, None)
+        else:  # the chip count or the type caps depend on the host: check per candidate
+            host = self.pool.best(
+                job.tpu_type, need, lambda t, size: ts.check(user, size, t, est) is None
+            )
+        if host is None:
+            return False
+        chips = self.pool.take(host, need)
+        ts.add(user, len(chips), host.type, est)
+        self.assignments.append(Assignment(job.id, host.name, chips))
+        self.assigned.add(job.id)
+        return True
+
+    def _maybe_reserve(self, job: JobView, ts: TeamState, need: int) -> None:
+        if need == 1 or len(self.reserved_for) >= self.max_reservations:
+            return
+        if self.now - job.submitted_at <= self.reserve_after_s or job.id in self.reserved_for:
+            return
+        user, est = job.user, job.est_hours
+        host = self.pool.drain_candidate(
+            job.tpu_type, need, lambda t, size: ts.check(user, size, t, est) is None
+        )
+        if host is not None:
+            self.pool.reserve(host, job.id, job.submitted_at)
+            self.reserved_for[job.id] = host.name
+
+    def explain(self, job: JobView) -> str:
+        """Why `job` is not assigned, judged on the state after the pass."""
+        need = need_key(job.chips)
+        if (job.tpu_type, need) not in self.pool.offered:
+            return f"no host offers {_shape_words(job.chips, job.tpu_type)}"
+        if job.held:
+            return "held"
+        if job.not_before is not None and job.not_before > self.now:
+            return f"retry backoff until {clock(job.not_before, '%H:%M:%S')}"
+        if job.depends_on:
+            unmet = [str(d) for d in job.depends_on if d not in self.succeeded]
+            if unmet:
+                return f"waiting for job{'s' if len(unmet) > 1 else ''} {', '.join(unmet)}"
+        host = self.reserved_for.get(job.id)
+        if host is not None:
+            return f"waiting for host {host} to drain (reserved, waited {self._mins(job.submitted_at)})"
+        key = (job.team, job.user, job.tpu_type, need, job.est_hours)
+        reason = self.memo.get(key)
+        if reason is None:
+            reason = self.memo[key] = self._explain_shape(job, need)
+        return reason
+
+    def _explain_shape(self, job: JobView, need: int) -> str:
+        ts, pool = self.state(job.team), self.pool
+        types = pool.types if job.tpu_type is None else [job.tpu_type]
+        with_room = [t for t in types if (t, need) in pool.fit]
+        if not with_room:  # judge quota on the smallest size the job could take
+            size = pool.min_whole[job.tpu_type] if need == WHOLE else need
+            reason = ts.check(job.user, size, job.tpu_type, job.est_hours)
+            return reason or self._capacity_words(job, need)
+        reasons = [self._quota_on(job, ts, t, need) for t in with_room]
+        if all(reasons):
+            return reasons[0] or ""
+        return "not reached in this pass"  # cannot happen: the scan stops only when full
+
+    def _quota_on(self, job: JobView, ts: TeamState, t: str | None, need: int) -> str | None:
+        buckets = self.pool.fit[(t, need)]
+        sizes = sorted(buckets) if need == WHOLE else [need]
+        reasons = [ts.check(job.user, size, t, job.est_hours) for size in sizes]
+        return None if not all(reasons) else reasons[0]
+
+    def _capacity_words(self, job: JobView, need: int) -> str:
+        for h, holder, since in self.pool.reserved_hosts:
+            if job.tpu_type in (None, h.type) and h.has_block(need):
+                return f"reserved for job {holder} (waited {self._mins(since)})"
+        if need == WHOLE:
+            return f"waiting for a free {job.tpu_type + ' ' if job.tpu_type else ''}host"
+        where = f" on a {job.tpu_type} host" if job.tpu_type else ""
+        return f"waiting for {need} free chip{'s' if need > 1 else ''}{where}"
+
+    def _mins(self, since: float) -> str:
+        return f"{max(0, int((self.now - since) // 60))} min"
+
+
+def _shape_words(chips: int | None, tpu_type: str | None) -> str:
+    if chips is None:
+        return f"a whole {tpu_type} host" if tpu_type else "a whole host"
+    what = f"{chips} chip{'s' if chips != 1 else ''}"
+    return f"{what} of {tpu_type}" if tpu_type else what
+
+
+class _Waiting(Mapping[int, str]):
+    """job id -> reason for every job not assigned; reasons computed on first read."""
+
+    def __init__(self, planner: _Planner, jobs: Sequence[JobView]) -> None:
+        self._planner = planner
+        self._jobs = jobs
+        self._index: dict[int, JobView] | None = None
+
+    def _idx(self) -> dict[int, JobView]:
+        if self._index is None:
+            assigned = self._planner.assigned
+            self._index = {j.id: j for j in self._jobs if j.id not in assigned}
+        return self._index
+
+    def __getitem__(self, job_id: int) -> str:
+        return self._planner.explain(self._idx()[job_id])
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._idx())
+
+    def __len__(self) -> int:
+        return len(self._idx())
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._idx()
+
+    def __repr__(self) -> str:
+        return f"<waiting: {len(self)} jobs>"

@@ -1,0 +1,159 @@
+"""One settings object, built from defaults < config file < environment.
+
+Every environment variable tpuq reads is named in ENV below and nowhere else, so the
+README's configuration table and the code cannot drift apart. Import-light: the CLI's
+fast path (submit through the agent socket) loads this and nothing heavier.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# field name -> environment variable. The config file uses the field names as keys.
+ENV: dict[str, str] = {
+    "home": "TPUQ_HOME",
+    "database_url": "TPUQ_DATABASE_URL",
+    "broker_url": "TPUQ_BROKER_URL",
+    "host": "TPUQ_HOST",
+    "device_glob": "TPUQ_DEVICE_GLOB",
+    "tpu_type": "TPUQ_TPU_TYPE",
+    "libtpu_lockfile": "TPUQ_LIBTPU_LOCKFILE",
+    "tpu_logs_dir": "TPUQ_TPU_LOGS_DIR",
+    "lock_dir": "TPUQ_LOCK_DIR",
+    "metadata_url": "TPUQ_METADATA_URL",
+    "boot_id_file": "TPUQ_BOOT_ID_FILE",
+    "pci_dir": "TPUQ_PCI_DIR",
+    "tcmalloc_path": "TPUQ_TCMALLOC_PATH",
+    "team": "TPUQ_TEAM",
+    "user": "TPUQ_USER",
+    "admins": "TPUQ_ADMINS",
+    "heartbeat_s": "TPUQ_HEARTBEAT_S",
+    "lease_s": "TPUQ_LEASE_S",
+    "host_stale_s": "TPUQ_HOST_STALE_S",
+    "poll_s": "TPUQ_POLL_S",
+    "default_grace_s": "TPUQ_DEFAULT_GRACE_S",
+    "retry_backoff_s": "TPUQ_RETRY_BACKOFF_S",
+    "port_base": "TPUQ_PORT_BASE",
+    "fair_share_half_life_h": "TPUQ_FAIR_SHARE_HALF_LIFE_H",
+}
+CONFIG_ENV = "TPUQ_CONFIG"
+
+
+def _default_home() -> str:
+    xdg = os.environ.get("XDG_DATA_HOME") or os.path.join(Path.home(), ".local", "share")
+    return os.path.join(xdg, "tpuq")
+
+
+@dataclass(frozen=True)
+class Settings:
+    home: str = field(default_factory=_default_home)
+    database_url: str = ""  # empty = embedded SQLite under home
+    broker_url: str = ""  # empty = embedded (no broker; the agent socket is the doorbell)
+    host: str = field(default_factory=socket.gethostname)
+    device_glob: str = "/dev/accel*,/dev/vfio/[0-9]*"
+    tpu_type: str = ""  # empty = detect from PCI ids / metadata
+    libtpu_lockfile: str = "/tmp/libtpu_lockfile"
+    tpu_logs_dir: str = "/tmp/tpu_logs"
+    lock_dir: str = ""  # empty = <home>/locks
+    metadata_url: str = ""  # empty = no metadata server (off GCP)
+    boot_id_file: str = "/proc/sys/kernel/random/boot_id"
+    pci_dir: str = "/sys/bus/pci/devices"
+    tcmalloc_path: str = "/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4"
+    team: str = "default"
+    user: str = ""  # empty = the login name
+    admins: str = ""  # comma-separated user names
+    heartbeat_s: float = 2.0
+    lease_s: float = 30.0
+    host_stale_s: float = 30.0
+    poll_s: float = 2.0
+    default_grace_s: float = 30.0
+    retry_backoff_s: float = 10.0
+    port_base: int = 8476
+    fair_share_half_life_h: float = 168.0
+
+    # ---- derived -------------------------------------------------------------------
+    @property
+    def embedded(self) -> bool:
+        return not self.broker_url
+
+    @property
+    def db_url(self) -> str:
+        return self.database_url or f"sqlite:///{os.path.join(self.home, 'tpuq.db')}"
+
+    @property
+    def socket_path(self) -> str:
+        return os.path.join(self.home, "agent.sock")
+
+    @property
+    def logs_dir(self) -> str:
+        return os.path.join(self.home, "logs")
+
+    @property
+    def checkpoints_dir(self) -> str:
+        return os.path.join(self.home, "checkpoints")
+
+    @property
+    def chip_lock_dir(self) -> str:
+        return self.lock_dir or os.path.join(self.home, "locks")
+
+    @property
+    def user_name(self) -> str:
+        if self.user:
+            return self.user
+        import getpass
+
+        return getpass.getuser()
+
+    @property
+    def admin_set(self) -> frozenset[str]:
+        return frozenset(a.strip() for a in self.admins.split(",") if a.strip())
+
+
+class SettingsError(ValueError):
+    """A configuration value that cannot be used; the message names the source."""
+
+
+def _coerce(name: str, raw: Any, source: str) -> Any:
+    kind = {f.name: f.type for f in dataclasses.fields(Settings)}[name]
+    try:
+        if kind == "float":
+            return float(raw)
+        if kind == "int":
+            return int(raw)
+    except (TypeError, ValueError):
+        raise SettingsError(f"{source}: {name} must be a number, got {raw!r}") from None
+    return str(raw)
+
+
+def _config_file(environ: dict[str, str]) -> Path:
+    if environ.get(CONFIG_ENV):
+        return Path(environ[CONFIG_ENV])
+    home = environ.get(ENV["home"]) or _default_home()
+    return Path(home) / "config.toml"
+
+
+def load(environ: dict[str, str] | None = None) -> Settings:
+    """Defaults, then the TOML config file (if any), then TPUQ_* environment variables."""
+    env = dict(os.environ if environ is None else environ)
+    values: dict[str, Any] = {}
+    path = _config_file(env)
+    if path.is_file():
+        import tomllib
+
+        try:
+            data = tomllib.loads(path.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as e:
+            raise SettingsError(f"cannot read config file {path}: {e}") from None
+        for key, raw in data.items():
+            if key not in ENV:
+                raise SettingsError(f"{path}: unknown setting {key!r}")
+            values[key] = _coerce(key, raw, str(path))
+    for name, var in ENV.items():
+        if env.get(var):
+            values[name] = _coerce(name, env[var], var)
+    return Settings(**values)

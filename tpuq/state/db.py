@@ -1,0 +1,113 @@
+"""Engines, sessions and the schema gate.
+
+SQLite (embedded) runs in WAL mode so readers never wait for the agent, and every write
+transaction starts with BEGIN IMMEDIATE so two writers queue on the lock instead of
+failing halfway with "database is locked". PostgreSQL (team) uses plain transactions.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.exc import OperationalError, ProgrammingError
+from sqlalchemy.orm import Session
+
+SCHEMA_HEAD = "0001"  # the newest migration; tests check it matches Alembic's single head
+
+
+class SchemaError(RuntimeError):
+    """The database is missing or not at the schema this tpuq expects."""
+
+
+def _sqlite_engine(url: str, immediate: bool) -> Engine:
+    path = url.split("sqlite:///", 1)[1]
+    if path and path != ":memory:":
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _rec: Any) -> None:
+        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves, below
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: safe against process crashes
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute("PRAGMA busy_timeout=30000")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine
+
+
+class Database:
+    """Owns the engines; hands out short transactions."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.is_sqlite = url.startswith("sqlite")
+        if self.is_sqlite:
+            self.engine = _sqlite_engine(url, immediate=True)
+            self._read_engine = _sqlite_engine(url, immediate=False)
+        else:
+            url = url.replace("postgresql://", "postgresql+psycopg://", 1)
+            self.engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+            self._read_engine = self.engine
+
+    @contextmanager
+    def write(self) -> Iterator[Session]:
+        """One write transaction: committed on success, rolled back on any error."""
+        with Session(self.engine, expire_on_commit=False) as s, s.begin():
+            yield s
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        with Session(self._read_engine, expire_on_commit=False) as s, s.begin():
+            yield s
+
+    def schema_version(self) -> str | None:
+        try:
+            with self._read_engine.connect() as c:
+                return c.execute(text("SELECT version_num FROM alembic_version")).scalar()
+        except (OperationalError, ProgrammingError):
+            return None
+
+    def upgrade(self) -> None:
+        from tpuq.state.migrate import upgrade
+
+        upgrade(self.engine)
+
+    def ensure_schema(self, auto_upgrade: bool) -> None:
+        """Embedded databases upgrade themselves; team databases must be upgraded on purpose."""
+        version = self.schema_version()
+        if version == SCHEMA_HEAD:
+            return
+        if auto_upgrade:
+            self.upgrade()
+            return
+        have = f"at revision {version}" if version else "not initialised"
+        raise SchemaError(
+            f"database {self.safe_url} is {have}, tpuq needs {SCHEMA_HEAD}: run `tpuq db upgrade`"
+        )
+
+    @property
+    def safe_url(self) -> str:
+        return self.engine.url.render_as_string(hide_password=True)
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+        if self._read_engine is not self.engine:
+            self._read_engine.dispose()
+
+
+def open_database(settings: Any, auto_upgrade: bool | None = None) -> Database:
+    """The database the settings point at, with its schema checked (and, embedded, upgraded)."""
+    db = Database(settings.db_url)
+    db.ensure_schema(auto_upgrade=db.is_sqlite if auto_upgrade is None else auto_upgrade)
+    return db

@@ -1,0 +1,153 @@
+"""What people do to jobs: submit, hold, release, cancel, preempt, resubmit.
+
+Every state change goes through transitions.transition(); this module only decides
+which change a user command means.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from sqlalchemy import insert, select
+from sqlalchemy.orm import Session
+
+from tpuq.spec import JobSpec
+from tpuq.state.clock import db_now
+from tpuq.state.models import Job, JobEvent
+from tpuq.state.states import TERMINAL, JobState, StopRequest
+from tpuq.state.transitions import transition
+
+Q, H, A, R, P = JobState.QUEUED, JobState.HELD, JobState.ASSIGNED, JobState.RUNNING, JobState.PREEMPTING
+
+
+def submit(s: Session, spec: JobSpec, actor: str | None = None, held: bool = False) -> int:
+    """Insert a new job (queued, or held) and its first event; returns its id."""
+    state = H if held else Q
+    values = spec.to_dict()
+    job_id = s.execute(
+        insert(Job)
+        .values(
+            **values,
+            state=state.value,
+            failures=0,
+            preemptions=0,
+            attempt=0,
+            submitted_at=db_now(),
+            updated_at=db_now(),
+        )
+        .returning(Job.id)
+    ).scalar_one()
+    s.execute(
+        insert(JobEvent).values(
+            job_id=job_id, at=db_now(), from_state=None, to_state=state.value, attempt=0,
+            reason="resubmitted from job %d" % spec.resubmit_of if spec.resubmit_of else "submitted",
+            actor=actor or spec.owner,
+        )
+    )
+    return int(job_id)
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a user command did to one job, in words."""
+
+    job_id: int
+    ok: bool
+    message: str
+
+
+def _current(s: Session, job_id: int) -> Job | None:
+    return s.get(Job, job_id, populate_existing=True)
+
+
+def cancel(s: Session, job_id: int, actor: str) -> Result:
+    """Queued/held jobs end at once; active ones get their stop signal via the agent."""
+    return request_stop(s, job_id, actor, StopRequest.CANCEL)
+
+
+def preempt(s: Session, job_id: int, actor: str) -> Result:
+    """Stop a running job the way host maintenance would: signal, grace, requeue."""
+    return request_stop(s, job_id, actor, StopRequest.PREEMPT)
+
+
+def request_stop(s: Session, job_id: int, actor: str, kind: StopRequest) -> Result:
+    job = _current(s, job_id)
+    if job is None:
+        return Result(job_id, False, f"job {job_id} does not exist")
+    state = JobState(job.state)
+    if state in TERMINAL:
+        return Result(job_id, False, f"job {job_id} already {state.value}")
+    if state in (Q, H):
+        if kind is StopRequest.PREEMPT:
+            return Result(job_id, False, f"job {job_id} is {state.value}, not running")
+        ok = transition(s, job_id, [state], JobState.CANCELLED, reason=f"cancelled by {actor}",
+                        actor=actor, values={"ended_at": db_now()})
+        return Result(job_id, ok, "cancelled" if ok else "changed meanwhile, try again")
+    if state is A and kind is StopRequest.CANCEL:
+        # not started yet: the agent's assigned->running compare-and-set will now fail
+        from tpuq.state.attempts import release_chips
+
+        ok = transition(s, job_id, [A], JobState.CANCELLED, attempt=job.attempt,
+                        reason=f"cancelled by {actor}", actor=actor, values={"ended_at": db_now()})
+        if ok:
+            release_chips(s, job_id, job.attempt)
+        return Result(job_id, ok, "cancelled" if ok else "changed meanwhile, try again")
+    if state is A:
+        return Result(job_id, False, f"job {job_id} is starting; preempt it once it runs")
+    if state is P and job.stop_request == StopRequest.CANCEL.value:
+        return Result(job_id, True, "already stopping")
+    ok = transition(s, job_id, [R, P], P, attempt=job.attempt,
+                    reason=f"{kind.value} requested by {actor}", actor=actor,
+                    values={"stop_request": kind.value})
+    return Result(job_id, ok, f"stopping (signal {job.stop_signal}, grace {job.grace_s:g}s)")
+
+
+def hold(s: Session, job_id: int, actor: str) -> Result:
+    ok = transition(s, job_id, [Q], H, reason=f"held by {actor}", actor=actor)
+    return Result(job_id, ok, "held" if ok else _why_not(s, job_id, "queued"))
+
+
+def release(s: Session, job_id: int, actor: str) -> Result:
+    ok = transition(s, job_id, [H], Q, reason=f"released by {actor}", actor=actor)
+    return Result(job_id, ok, "released" if ok else _why_not(s, job_id, "held"))
+
+
+def _why_not(s: Session, job_id: int, needed: str) -> str:
+    job = _current(s, job_id)
+    if job is None:
+        return f"job {job_id} does not exist"
+    return f"job {job_id} is {job.state}, not {needed}"
+
+
+def resubmit(s: Session, job_ids: Iterable[int], actor: str) -> list[Result]:
+    """New jobs from earlier specs, each linked to its original."""
+    results = []
+    for job_id in job_ids:
+        old = _current(s, job_id)
+        if old is None:
+            results.append(Result(job_id, False, f"job {job_id} does not exist"))
+            continue
+        spec = spec_of(old)
+        spec.resubmit_of = old.id
+        new_id = submit(s, spec, actor=actor)
+        results.append(Result(new_id, True, f"job {new_id} resubmits job {job_id}"))
+    return results
+
+
+def spec_of(job: Job) -> JobSpec:
+    from tpuq.spec import SPEC_FIELDS
+
+    return JobSpec(**{f: getattr(job, f) for f in SPEC_FIELDS})
+
+
+def failed_since(s: Session, since: float | None) -> list[int]:
+    """Failed (or timed-out) jobs that ended after `since` and were not resubmitted yet."""
+    resubmitted = select(Job.resubmit_of).where(Job.resubmit_of.is_not(None))
+    q = select(Job.id).where(
+        Job.state.in_([JobState.FAILED.value, JobState.TIMEOUT.value]),
+        Job.id.not_in(resubmitted),
+    )
+    if since is not None:
+        q = q.where(Job.ended_at >= since)
+    return list(s.scalars(q.order_by(Job.id)))

@@ -1,0 +1,148 @@
+"""SQLAlchemy models: the database is the truth about what runs where.
+
+Times are float epoch seconds taken from the database clock (see clock.py), so leases
+never depend on a worker's clock and SQLite and PostgreSQL behave alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Double,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Job(Base):
+    """What a person submitted. Runs as one or more attempts."""
+
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str | None] = mapped_column(String(200))
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    command: Mapped[list[str]] = mapped_column(JSON)
+    cwd: Mapped[str] = mapped_column(Text)
+    env: Mapped[dict[str, str]] = mapped_column(JSON)
+    owner: Mapped[str] = mapped_column(String(64))
+    team: Mapped[str] = mapped_column(String(64), index=True)
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    chips: Mapped[int | None] = mapped_column(Integer)  # None = the whole host
+    tpu_type: Mapped[str | None] = mapped_column(String(32))  # None = any
+    stop_signal: Mapped[str] = mapped_column(String(16), default="SIGTERM")
+    grace_s: Mapped[float] = mapped_column(Double)
+    time_limit_s: Mapped[float | None] = mapped_column(Double)
+    max_retries: Mapped[int] = mapped_column(Integer, default=0)
+    failures: Mapped[int] = mapped_column(Integer, default=0)
+    preemptions: Mapped[int] = mapped_column(Integer, default=0)
+    requeue_on_preempt: Mapped[bool] = mapped_column(Boolean, default=True)
+    tcmalloc: Mapped[bool] = mapped_column(Boolean, default=True)
+    # the fencing token: bumped by every assignment, checked by every write of an attempt
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    host: Mapped[str | None] = mapped_column(String(128), index=True)
+    lease_expires_at: Mapped[float | None] = mapped_column(Double)
+    stop_request: Mapped[str | None] = mapped_column(String(16))
+    not_before: Mapped[float | None] = mapped_column(Double)
+    resubmit_of: Mapped[int | None] = mapped_column(ForeignKey("jobs.id"))
+    submitted_at: Mapped[float] = mapped_column(Double)
+    updated_at: Mapped[float] = mapped_column(Double)
+    ended_at: Mapped[float | None] = mapped_column(Double)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    exit_signal: Mapped[int | None] = mapped_column(Integer)
+    reason: Mapped[str | None] = mapped_column(Text)
+
+
+class Attempt(Base):
+    """One run of a job on one host."""
+
+    __tablename__ = "attempts"
+    __table_args__ = (UniqueConstraint("job_id", "number"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), index=True)
+    number: Mapped[int] = mapped_column(Integer)
+    host: Mapped[str] = mapped_column(String(128), index=True)
+    chips: Mapped[list[int]] = mapped_column(JSON)
+    assigned_at: Mapped[float] = mapped_column(Double)
+    boot_id: Mapped[str | None] = mapped_column(String(64))
+    pid: Mapped[int | None] = mapped_column(Integer)
+    proc_start: Mapped[int | None] = mapped_column(BigInteger)  # /proc/pid/stat starttime
+    started_at: Mapped[float | None] = mapped_column(Double)
+    ended_at: Mapped[float | None] = mapped_column(Double)
+    outcome: Mapped[str | None] = mapped_column(String(16))
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    exit_signal: Mapped[int | None] = mapped_column(Integer)
+    reason: Mapped[str | None] = mapped_column(Text)
+    log_path: Mapped[str | None] = mapped_column(Text)
+    checkpoint_step: Mapped[int | None] = mapped_column(BigInteger)
+    checkpoint_at: Mapped[float | None] = mapped_column(Double)
+
+
+class JobEvent(Base):
+    """The timeline: one row per state change, written in the same transaction."""
+
+    __tablename__ = "job_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), index=True)
+    at: Mapped[float] = mapped_column(Double)
+    from_state: Mapped[str | None] = mapped_column(String(16))
+    to_state: Mapped[str] = mapped_column(String(16))
+    attempt: Mapped[int] = mapped_column(Integer)
+    reason: Mapped[str | None] = mapped_column(Text)
+    actor: Mapped[str | None] = mapped_column(String(128))
+
+
+class Host(Base):
+    """A TPU host as its agent last described it."""
+
+    __tablename__ = "hosts"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    tpu_type: Mapped[str | None] = mapped_column(String(32))
+    chips: Mapped[list[int]] = mapped_column(JSON)
+    boot_id: Mapped[str | None] = mapped_column(String(64))
+    agent_pid: Mapped[int | None] = mapped_column(Integer)
+    started_at: Mapped[float | None] = mapped_column(Double)
+    heartbeat_at: Mapped[float | None] = mapped_column(Double)
+    draining: Mapped[bool] = mapped_column(Boolean, default=False)
+    busy_reason: Mapped[str | None] = mapped_column(Text)  # e.g. a foreign process on the TPU
+    stopped_at: Mapped[float | None] = mapped_column(Double)  # clean agent shutdown
+
+
+class Allocation(Base):
+    """Chips held by an attempt. The primary key makes double booking impossible."""
+
+    __tablename__ = "allocations"
+
+    host: Mapped[str] = mapped_column(String(128), primary_key=True)
+    chip: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+
+
+class Leader(Base):
+    """A lease row: whoever holds an unexpired lease runs the scheduler."""
+
+    __tablename__ = "leaders"
+
+    role: Mapped[str] = mapped_column(String(32), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(200))
+    expires_at: Mapped[float] = mapped_column(Double)
+
+
+def as_dict(row: Any) -> dict[str, Any]:
+    return {c.key: getattr(row, c.key) for c in row.__table__.columns}

@@ -1,0 +1,87 @@
+"""Job states, attempt outcomes, and the allowed transitions, written once.
+
+What the user sees (JobState) is kept apart from how an attempt ended (Outcome): a job
+preempted three times is still one job with four attempts, and preemptions are never
+counted as failures.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class JobState(str, Enum):
+    QUEUED = "queued"
+    HELD = "held"
+    ASSIGNED = "assigned"  # a host owns it; the agent has not started the process yet
+    RUNNING = "running"
+    PREEMPTING = "preempting"  # stop requested (preempt, cancel, drain, time limit): signal sent, grace running
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMEOUT = "timeout"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+Q, H, A, R, P = JobState.QUEUED, JobState.HELD, JobState.ASSIGNED, JobState.RUNNING, JobState.PREEMPTING
+S, F, C, T = JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT
+
+TERMINAL: frozenset[JobState] = frozenset({S, F, C, T})
+ACTIVE: frozenset[JobState] = frozenset({A, R, P})  # holds chips on a host
+WAITING: frozenset[JobState] = frozenset({Q, H})
+
+# from -> allowed targets. Everything not listed is refused by state.transition().
+ALLOWED: dict[JobState, frozenset[JobState]] = {
+    Q: frozenset({A, H, C}),
+    H: frozenset({Q, C}),
+    # assigned -> queued: lease expired, host rebooted, or host busy with a foreign process
+    A: frozenset({R, Q, C}),
+    # running -> queued: requeue (exit 75, TPU busy, lease expired, reboot, retry with backoff)
+    R: frozenset({S, F, C, T, P, Q}),
+    # the job may finish on its own during the grace period
+    P: frozenset({Q, C, T, S, F}),
+    # terminal states are final: resubmit makes a new job linked to the old one
+    S: frozenset(),
+    F: frozenset(),
+    C: frozenset(),
+    T: frozenset(),
+}
+
+
+def allowed(frm: JobState, to: JobState) -> bool:
+    return to in ALLOWED[frm]
+
+
+class Outcome(str, Enum):
+    """How one attempt ended."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    PREEMPTED = "preempted"  # notice from the host, drain, `tpuq preempt`, reboot
+    REQUEUED = "requeued"  # the job asked for it (exit 75)
+    HOST_ERROR = "host_error"  # TPU busy / could not start: the host's fault, not the job's
+    LOST = "lost"  # lease expired: the host stopped answering
+    TIMEOUT = "timeout"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# Outcomes that do not use up --max-retries and whose chip-hours are not charged.
+NOT_CHARGED: frozenset[Outcome] = frozenset(
+    {Outcome.PREEMPTED, Outcome.REQUEUED, Outcome.HOST_ERROR, Outcome.LOST}
+)
+
+
+class StopRequest(str, Enum):
+    """Why a running job is being stopped; decides the state it ends in."""
+
+    CANCEL = "cancel"
+    PREEMPT = "preempt"
+    TIMEOUT = "timeout"
+
+    def __str__(self) -> str:
+        return self.value
