@@ -120,6 +120,9 @@ def test_best_fit_prefers_fullest_host() -> None:
     assert p.assignments == (Assignment(1, "one", (3,)),)
     p = plan([job(1, chips=2)], hosts, {}, NOW)
     assert p.assignments == (Assignment(1, "half", (2, 3)),)
+    # Across types too: an any-type job goes where the fewest chips are free.
+    mixed = [host("v4", free={3}), host("v5", 8, tpu_type="v5litepod-8")]
+    assert plan([job(1)], mixed, {}, NOW).assignments == (Assignment(1, "v4", (3,)),)
 
 
 def test_type_match_and_unschedulable() -> None:

@@ -27,9 +27,7 @@ NOW = 1_750_000_000.0
 TYPES = ["v4-8", "v5litepod-8", None]
 TEAMS = ["a", "b", "c"]
 USERS = ["x", "y"]
-SETTINGS = settings(
-    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @st.composite
@@ -52,14 +50,24 @@ def _limit(max_value: int) -> st.SearchStrategy[int | None]:
 def teams_st(draw: st.DrawFn) -> dict[str, TeamView]:
     teams = {}
     for name in TEAMS:
-        by_type = draw(st.dictionaries(st.sampled_from(["v4", "v4-8", "v5litepod-8"]), st.integers(0, 6), max_size=2))
+        by_type = draw(
+            st.dictionaries(
+                st.sampled_from(["v4", "v4-8", "v5litepod-8"]), st.integers(0, 6), max_size=2
+            )
+        )
         teams[name] = TeamView(
             name,
             share=draw(st.sampled_from([0.0, 0.5, 1.0, 2.0])),
             usage=draw(st.floats(0, 100)),
             running_chips=draw(st.integers(0, 6)),
-            running_by_type=draw(st.dictionaries(st.sampled_from(["v4-8", "v5litepod-8"]), st.integers(0, 4), max_size=2)),
-            running_by_user=draw(st.dictionaries(st.sampled_from(USERS), st.integers(0, 3), max_size=2)),
+            running_by_type=draw(
+                st.dictionaries(
+                    st.sampled_from(["v4-8", "v5litepod-8"]), st.integers(0, 4), max_size=2
+                )
+            ),
+            running_by_user=draw(
+                st.dictionaries(st.sampled_from(USERS), st.integers(0, 3), max_size=2)
+            ),
             max_chips=draw(_limit(12)),
             max_chips_by_type=by_type,
             max_chips_per_user=draw(_limit(6)),
@@ -70,8 +78,8 @@ def teams_st(draw: st.DrawFn) -> dict[str, TeamView]:
 
 
 @st.composite
-def jobs_st(draw: st.DrawFn) -> list[JobView]:
-    ids = draw(st.lists(st.integers(1, 60), unique=True, max_size=25))
+def jobs_st(draw: st.DrawFn, min_size: int = 0) -> list[JobView]:
+    ids = draw(st.lists(st.integers(1, 60), unique=True, min_size=min_size, max_size=25))
     return [
         JobView(
             id=i,
@@ -124,7 +132,9 @@ class Usage:
         self.budget: dict[str, float | None] = {n: t.budget_left for n, t in teams.items()}
         for n, t in teams.items():
             for key in t.max_chips_by_type:
-                self.by_cap[n, key] = sum(c for ty, c in t.running_by_type.items() if key in (ty, _family(ty)))
+                self.by_cap[n, key] = sum(
+                    c for ty, c in t.running_by_type.items() if key in (ty, _family(ty))
+                )
             for user, c in t.running_by_user.items():
                 self.by_user[n, user] = c
 
@@ -152,12 +162,20 @@ class Usage:
             (t.grant_expires_at is None or NOW < t.grant_expires_at)
             and (budget is None or (budget > 0 and n * j.est_hours <= budget))
             and (t.max_chips is None or self.chips[j.team] + n <= t.max_chips)
-            and all(self.by_cap[j.team, k] + n <= t.max_chips_by_type[k] for k in self.caps(j.team, host_type))
-            and (t.max_chips_per_user is None or self.by_user[j.team, j.user] + n <= t.max_chips_per_user)
+            and all(
+                self.by_cap[j.team, k] + n <= t.max_chips_by_type[k]
+                for k in self.caps(j.team, host_type)
+            )
+            and (
+                t.max_chips_per_user is None
+                or self.by_user[j.team, j.user] + n <= t.max_chips_per_user
+            )
         )
 
 
-def _apply(p: Plan, jobs: Sequence[JobView], hosts: Sequence[HostView], teams: Mapping[str, TeamView]) -> tuple[dict[str, set[int]], Usage]:
+def _apply(
+    p: Plan, jobs: Sequence[JobView], hosts: Sequence[HostView], teams: Mapping[str, TeamView]
+) -> tuple[dict[str, set[int]], Usage]:
     """Check chip-level validity of each assignment and return free chips + usage after."""
     by_id = {j.id: j for j in jobs}
     hv = {h.name: h for h in hosts}
@@ -200,13 +218,16 @@ def _quota_respected(usage: Usage, teams: Mapping[str, TeamView]) -> None:
 @SETTINGS
 @given(jobs_st(), hosts_st(), teams_st(), st.sampled_from([frozenset(), frozenset({1, 2, 3})]))
 def test_plan_is_valid_and_work_conserving(
-    jobs: list[JobView], hosts: list[HostView], teams: dict[str, TeamView], succeeded: frozenset[int]
+    jobs: list[JobView],
+    hosts: list[HostView],
+    teams: dict[str, TeamView],
+    succeeded: frozenset[int],
 ) -> None:
     _check_plan(jobs, hosts, teams, succeeded)
 
 
 @SETTINGS
-@given(jobs_st(), teams_st(), st.integers(1, 4))
+@given(jobs_st(min_size=10), teams_st(), st.integers(1, 4))
 def test_quotas_hold_when_chips_are_plenty(
     jobs: list[JobView], teams: dict[str, TeamView], n_hosts: int
 ) -> None:
@@ -219,7 +240,10 @@ def test_quotas_hold_when_chips_are_plenty(
 
 
 def _check_plan(
-    jobs: list[JobView], hosts: list[HostView], teams: dict[str, TeamView], succeeded: frozenset[int]
+    jobs: list[JobView],
+    hosts: list[HostView],
+    teams: dict[str, TeamView],
+    succeeded: frozenset[int],
 ) -> None:
     p = plan(jobs, hosts, teams, NOW, succeeded)
     assigned = [a.job_id for a in p.assignments]
@@ -255,12 +279,21 @@ def test_one_chip_jobs_are_assigned_in_order(
     specs: list[tuple[str, int, int]], sizes: list[int], usage: dict[str, float]
 ) -> None:
     jobs = [JobView(i, team, "u", prio, NOW - age, 1) for i, (team, prio, age) in enumerate(specs)]
-    hosts = [HostView(f"h{i}", "v4-8", tuple(range(n)), frozenset(range(0, n, 2))) for i, n in enumerate(sizes)]
+    hosts = [
+        HostView(f"h{i}", "v4-8", tuple(range(n)), frozenset(range(0, n, 2)))
+        for i, n in enumerate(sizes)
+    ]
     teams = {name: TeamView(name, usage=u) for name, u in usage.items()}
     ordered = order(jobs, teams, NOW)
     assert sorted(j.id for j in ordered) == sorted(j.id for j in jobs)
     keys = [
-        ((teams[j.team].usage if j.team in teams else 0.0), j.team, -j.priority, j.submitted_at, j.id)
+        (
+            (teams[j.team].usage if j.team in teams else 0.0),
+            j.team,
+            -j.priority,
+            j.submitted_at,
+            j.id,
+        )
         for j in ordered
     ]
     assert keys == sorted(keys)

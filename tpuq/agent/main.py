@@ -70,7 +70,9 @@ class Agent:
         self.tpu_type = devices.detect_tpu_type(len(chips), settings.pci_dir,
                                                 settings.tpu_type or None)
         self.chips = chips
-        self.holder = f"{self.name}:{os.getpid()}"
+        # the host name, not host:pid: a restarted agent resumes its own lease at once, and
+        # only one agent per host name can run (the pid lock below)
+        self.holder = self.name
         self.stopping = threading.Event()
         self.second_stop = threading.Event()
         self.executor = Executor(settings, db, boot_id=self.boot_id, chips=chips,

@@ -41,9 +41,14 @@ for command in (*submit.COMMANDS, *status.COMMANDS, *show.COMMANDS, *logs.COMMAN
     cli.add_command(command)
 
 
+AUTO_ENV_PREFIX = "TPUQ"
+
+
 def main(argv: list[str] | None = None) -> None:
     try:
-        cli.main(args=argv, prog_name="tpuq", standalone_mode=False)
+        # every option without an explicit envvar= still reads TPUQ_<COMMAND>_<OPTION>
+        rv = cli.main(args=argv, prog_name="tpuq", standalone_mode=False,
+                      auto_envvar_prefix=AUTO_ENV_PREFIX)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
@@ -58,6 +63,9 @@ def main(argv: list[str] | None = None) -> None:
             raise
         err.show()
         sys.exit(err.exit_code)
+    # without standalone mode, click returns the code of a raised Exit instead of exiting
+    if isinstance(rv, int) and rv:
+        sys.exit(rv)
 
 
 __all__ = ["cli", "main", "UserError"]

@@ -74,7 +74,7 @@ def _hosts_table(hosts, now) -> str:  # type: ignore[no-untyped-def]
         running = ",".join(str(j) for j in sorted(jobs)) or "-"
         rows.append((h.name, h.tpu_type or "?", f"{used}/{len(h.chips)}", running,
                      render.ago(h.heartbeat_at, now), state))
-    return render.table(("HOST", "TYPE", "CHIPS", "JOBS", "HEARTBEAT", "STATE"), rows, 100)
+    return render.table(("HOST", "TYPE", "CHIPS", "JOBS", "HEARTBEAT", "STATE"), rows, 400)
 
 
 COMMANDS = [status]

@@ -257,14 +257,14 @@ class _Planner:
         ts, pool = self.state(job.team), self.pool
         types = pool.types if job.tpu_type is None else [job.tpu_type]
         with_room = [t for t in types if (t, need) in pool.fit]
-        if not with_room:  # judge quota on the smallest size the job could take
-            size = pool.min_whole[job.tpu_type] if need == WHOLE else need
-            reason = ts.check(job.user, size, job.tpu_type, job.est_hours)
-            return reason or self._capacity_words(job, need)
-        reasons = [self._quota_on(job, ts, t, need) for t in with_room]
-        if all(reasons):
-            return reasons[0] or ""
-        return "not reached in this pass"  # cannot happen: the scan stops only when full
+        if with_room:
+            reasons = [self._quota_on(job, ts, t, need) for t in with_room]
+            if not all(reasons):
+                return "not reached in this pass"  # cannot happen: the scan stops only when full
+            return self._reserved_words(job, ts, need) or reasons[0] or ""
+        size = pool.min_whole[job.tpu_type] if need == WHOLE else need
+        reason = ts.check(job.user, size, job.tpu_type, job.est_hours)
+        return reason or self._reserved_words(job, ts, need) or self._capacity_words(job, need)
 
     def _quota_on(self, job: JobView, ts: TeamState, t: str | None, need: int) -> str | None:
         buckets = self.pool.fit[(t, need)]
@@ -272,10 +272,16 @@ class _Planner:
         reasons = [ts.check(job.user, size, t, job.est_hours) for size in sizes]
         return None if not all(reasons) else reasons[0]
 
-    def _capacity_words(self, job: JobView, need: int) -> str:
+    def _reserved_words(self, job: JobView, ts: TeamState, need: int) -> str | None:
+        """Blame a reservation if the job would otherwise fit on a reserved host."""
         for h, holder, since in self.pool.reserved_hosts:
-            if job.tpu_type in (None, h.type) and h.has_block(need):
+            if job.tpu_type not in (None, h.type) or not h.has_block(need):
+                continue
+            if ts.check(job.user, h.size_for(need), h.type, job.est_hours) is None:
                 return f"reserved for job {holder} (waited {self._mins(since)})"
+        return None
+
+    def _capacity_words(self, job: JobView, need: int) -> str:
         if need == WHOLE:
             return f"waiting for a free {job.tpu_type + ' ' if job.tpu_type else ''}host"
         where = f" on a {job.tpu_type} host" if job.tpu_type else ""

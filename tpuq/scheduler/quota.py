@@ -111,7 +111,7 @@ class TeamState:
                 return f"team {self.name} at {used}/{cap} {key} chips"
         if v.max_chips_per_user is not None:
             mine = self.by_user.get(user, 0)
-            if mine + need > v.max_chips_per_user + 1:
+            if mine + need > v.max_chips_per_user:
                 return f"user {user} at {mine}/{v.max_chips_per_user} chips in team {self.name}"
         if est_hours > 0 and self.budget_left is not None and need * est_hours > self.budget_left:
             return self._budget_words(

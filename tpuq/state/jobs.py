@@ -97,7 +97,7 @@ def request_stop(s: Session, job_id: int, actor: str, kind: StopRequest) -> Resu
         return Result(job_id, False, f"job {job_id} is starting; preempt it once it runs")
     if state is P and job.stop_request == StopRequest.CANCEL.value:
         return Result(job_id, True, "already stopping")
-    ok = transition(s, job_id, [R, P], P, attempt=job.attempt,
+    ok = transition(s, job_id, [state], P, attempt=job.attempt,
                     reason=f"{kind.value} requested by {actor}", actor=actor,
                     values={"stop_request": kind.value})
     return Result(job_id, ok, f"stopping (signal {job.stop_signal}, grace {job.grace_s:g}s)")

@@ -40,8 +40,9 @@ ALLOWED: dict[JobState, frozenset[JobState]] = {
     A: frozenset({R, Q, C}),
     # running -> queued: requeue (exit 75, TPU busy, lease expired, reboot, retry with backoff)
     R: frozenset({S, F, C, T, P, Q}),
-    # the job may finish on its own during the grace period
-    P: frozenset({Q, C, T, S, F}),
+    # the job may finish on its own during the grace period; preempting -> preempting
+    # records a different stop request (a cancel arriving during a preemption)
+    P: frozenset({Q, C, T, S, F, P}),
     # terminal states are final: resubmit makes a new job linked to the old one
     S: frozenset(),
     F: frozenset(),

@@ -1,0 +1,17 @@
+# The README's commands. `make test` is what CI runs (.ci/run).
+PY ?= .venv/bin/python
+
+.PHONY: install test bench lint
+
+install:
+	python3 -m venv .venv && $(PY) -m pip install -q -e '.[dev]'
+
+test:
+	$(PY) -m pytest -q -p no:cacheprovider
+
+bench:
+	$(PY) bench/run.py
+
+lint:
+	$(PY) -m ruff check tpuq tests bench examples
+	$(PY) -m mypy tpuq

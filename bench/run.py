@@ -1,0 +1,229 @@
+"""tpuq benchmark: every figure beside a baseline measured in the same run, and its target.
+
+    .venv/bin/python bench/run.py            # stable numbers, < 3 min
+    .venv/bin/python bench/run.py --quick    # CI smoke, < 60 s
+    .venv/bin/python bench/run.py --json     # the figures as JSON
+
+Speed is reported, never asserted: the exit status is non-zero only when the benchmark
+itself broke (the agent would not start, a job failed, a module raised). See
+bench/README.md for what each figure means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+# run as a script: import `bench.*` from the repository root, not bench/ itself
+sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+from bench import baselines, policy, submit, turnover  # noqa: E402
+from bench.embedded import BenchError, EmbeddedStack  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Sizes:
+    fork_exec_runs: int
+    python_runs: int
+    submit_runs: int
+    latency_runs: int
+    turnover_jobs: int
+    turnover_rounds: int
+
+
+FULL = Sizes(fork_exec_runs=200, python_runs=100, submit_runs=200, latency_runs=200,
+             turnover_jobs=200, turnover_rounds=3)
+QUICK = Sizes(fork_exec_runs=30, python_runs=10, submit_runs=10, latency_runs=10,
+              turnover_jobs=50, turnover_rounds=1)
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    key: str
+    baseline_key: str
+    baseline_label: str
+    target_ms: float | None
+
+
+ROWS = (
+    Row("submit wall p50", "submit_wall_p50_ms", "python_pass_p50_ms",
+        "python -c pass, p50", 100.0),
+    Row("submit wall p95", "submit_wall_p95_ms", "python_pass_p95_ms",
+        "python -c pass, p95", 100.0),
+    Row("submit->start p50", "submit_to_start_p50_ms", "start_floor_p50_ms",
+        "python -c pass + fork/exec, p50", 110.0),
+    Row("submit->start p95", "submit_to_start_p95_ms", "start_floor_p95_ms",
+        "python -c pass + fork/exec, p95", None),
+    Row("turnover per job", "turnover_ms_per_job", "bare_turnover_ms_per_job",
+        "sequential subprocess.run(/bin/true)", 10.0),
+    Row("scheduling pass", "policy_plan_median_ms", "policy_sorted_baseline_median_ms",
+        "sorted() of the same 100k keys", 100.0),
+)
+
+
+# ---- measuring ---------------------------------------------------------------------------
+def measure(sizes: Sizes, keep: bool, log: Callable[[str], None]) -> tuple[dict[str, float],
+                                                                              list[str]]:
+    """All figures (ms unless named otherwise) and the errors of sections that broke."""
+    figures: dict[str, float] = {}
+    errors: list[str] = []
+
+    def section(name: str, fn: Callable[[], dict[str, float]]) -> None:
+        log(f"measuring {name} ...")
+        try:
+            figures.update(fn())
+        except Exception as e:  # noqa: BLE001 - report it, go on, exit non-zero at the end
+            if not isinstance(e, BenchError):
+                traceback.print_exc(file=sys.stderr)
+            errors.append(f"{name}: {e}")
+            log(f"  FAILED: {e}")
+
+    section("baseline fork/exec", lambda: baselines.fork_exec(sizes.fork_exec_runs))
+    section("baseline python -c pass", lambda: baselines.python_start(sizes.python_runs))
+    section("baseline sequential /bin/true",
+            lambda: baselines.sequential_true(sizes.turnover_jobs))
+
+    def cli() -> dict[str, float]:
+        with EmbeddedStack(keep=keep) as stack:
+            out = submit.wall_time(stack, sizes.submit_runs)
+            out.update(submit.submit_to_start(stack, sizes.latency_runs))
+            return out
+
+    def queue() -> dict[str, float]:
+        rounds = []
+        for _ in range(sizes.turnover_rounds):  # a fresh agent and database each round
+            with EmbeddedStack(keep=keep) as stack:
+                rounds.append(turnover.turnover(stack, sizes.turnover_jobs))
+        return turnover.median_of(rounds)
+
+    section("tpuq submit (CLI) and submit->start", cli)
+    section(f"turnover of {sizes.turnover_jobs} jobs", queue)
+    if policy.available():
+        section("scheduling pass (bench_policy.run)", policy.run)
+    else:
+        log("scheduling pass: skipped (bench/bench_policy.py not found)")
+
+    for q in ("p50", "p95"):
+        if f"python_pass_{q}_ms" in figures and f"fork_exec_true_{q}_ms" in figures:
+            figures[f"start_floor_{q}_ms"] = (figures[f"python_pass_{q}_ms"]
+                                              + figures[f"fork_exec_true_{q}_ms"])
+    return figures, errors
+
+
+# ---- reporting ---------------------------------------------------------------------------
+def rows(figures: dict[str, float]) -> list[dict[str, object]]:
+    out = []
+    for r in ROWS:
+        if r.key not in figures:
+            continue
+        value = figures[r.key]
+        base = figures.get(r.baseline_key)
+        out.append({
+            "figure": r.label, "key": r.key, "tpuq_ms": value,
+            "baseline": r.baseline_label, "baseline_ms": base,
+            "ratio": value / base if base else None,
+            "target_ms": r.target_ms,
+            "met": None if r.target_ms is None else value <= r.target_ms,
+        })
+    return out
+
+
+def machine() -> dict[str, object]:
+    return {
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(terse=True),
+    }
+
+
+def _ms(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.1f} ms" if v < 1000 else f"{v / 1000:.2f} s"
+
+
+def print_table(figures: dict[str, float], table: list[dict[str, object]], sizes: Sizes,
+                meta: dict[str, object], errors: list[str]) -> None:
+    print(f"tpuq benchmark, {meta['date']}, {meta['cores']} cores, Python {meta['python']}, "
+          f"{meta['platform']}")
+    print(f"N: fork/exec {sizes.fork_exec_runs}, python {sizes.python_runs}, "
+          f"submit {sizes.submit_runs}, submit->start {sizes.latency_runs}, "
+          f"turnover {sizes.turnover_jobs} jobs x {sizes.turnover_rounds} rounds (median)")
+    print()
+    print("baselines (this run)                      p50        p95")
+    for label, key in (("fork/exec /bin/true", "fork_exec_true"),
+                       ("python -c pass (venv)", "python_pass")):
+        if f"{key}_p50_ms" in figures:
+            print(f"  {label:38s}{_ms(figures[f'{key}_p50_ms']):>10s} "
+                  f"{_ms(figures[f'{key}_p95_ms']):>10s}")
+    if "bare_turnover_ms_per_job" in figures:
+        print(f"  {'sequential subprocess.run(/bin/true)':38s}"
+              f"{_ms(figures['bare_turnover_ms_per_job']):>10s} per job")
+    print()
+    head = f"{'figure':20s}{'tpuq':>11s}{'baseline':>11s}{'ratio':>8s}  {'target':>11s}  " \
+           f"{'':6s}baseline is"
+    print(head)
+    print("-" * (len(head) + 30))
+    for row in table:
+        target = row["target_ms"]
+        ratio = row["ratio"]
+        verdict = {True: "ok", False: "MISSED", None: ""}[row["met"]]  # type: ignore[index]
+        print(f"{row['figure']:20s}{_ms(row['tpuq_ms']):>11s}"  # type: ignore[arg-type]
+              f"{_ms(row['baseline_ms']):>11s}"  # type: ignore[arg-type]
+              f"{(f'{ratio:.1f}x' if ratio else '-'):>8s}  "
+              f"{('<= ' + _ms(target)) if target else '-':>11s}  "  # type: ignore[arg-type]
+              f"{verdict:7s}{row['baseline']}")
+    extra = [("tpuq submit through the socket (no CLI)", "socket_submit_ms_per_job"),
+             ("turnover: median gap between job ends", "turnover_gap_p50_ms"),
+             ("turnover: longest gap", "turnover_gap_max_ms"),
+             ("turnover: agent CPU per job", "turnover_agent_cpu_ms_per_job"),
+             ("scheduling pass, best of 5", "policy_plan_best_ms")]
+    shown = [(label, figures[key]) for label, key in extra if key in figures]
+    if shown:
+        print()
+        for label, value in shown:
+            print(f"  {label:44s}{_ms(value):>10s}")
+    if not policy.available():
+        print("\nscheduling pass: skipped (bench/bench_policy.py not found)")
+    met = [r["met"] for r in table if r["met"] is not None]
+    print(f"\ntargets met: {sum(bool(m) for m in met)}/{len(met)}")
+    for e in errors:
+        print(f"ERROR {e}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("--quick", action="store_true", help="small N for a CI smoke run (< 60 s)")
+    p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    p.add_argument("--keep", action="store_true",
+                   help="keep the temporary TPUQ_HOME directories (agent logs, database)")
+    args = p.parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    figures, errors = measure(sizes, args.keep, log)
+    table = rows(figures)
+    meta = machine()
+    if args.json:
+        json.dump({**meta, "quick": args.quick, "sizes": asdict(sizes), "figures": figures,
+                   "rows": table, "errors": errors}, sys.stdout, indent=2)
+        print()
+    else:
+        print_table(figures, table, sizes, meta, errors)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""Job turnover: how fast the agent gets through a queue of trivial jobs.
+
+A blocker job (`cat` on a FIFO: it waits without polling) holds the whole host while
+N `/bin/true` jobs are queued behind it through the agent's socket. Then the FIFO is
+opened for writing and closed, `cat` sees end-of-file and exits, and the figure is
+(last job's ended_at - blocker's ended_at) / N, read from the database. Jobs take the
+whole host by default, so they run one at a time.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import statistics
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+
+from bench.embedded import BenchError, EmbeddedStack, wait_for
+
+
+def _release(fifo: str, timeout: float = 10.0) -> None:
+    """Open the FIFO for writing (once `cat` has it open for reading) and close it."""
+    def opened() -> int | None:
+        try:
+            return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as e:
+            if e.errno == errno.ENXIO:  # no reader yet
+                return None
+            raise
+    fd = wait_for(opened, timeout, 0.002, "the blocker job to open its FIFO")
+    os.close(fd)
+
+
+def turnover(stack: EmbeddedStack, jobs: int,
+             around_release: Callable[[], AbstractContextManager[object]] = nullcontext,
+             ) -> dict[str, float]:
+    """Figures of one round; `around_release` wraps the timed part (e.g. a profiler)."""
+    fifo = os.path.join(stack.home, "release.fifo")
+    os.mkfifo(fifo)
+    blocker = stack.submit_socket(["/bin/cat", fifo])
+    stack.wait_state(blocker, "running", timeout=30)
+
+    t0 = time.perf_counter()
+    ids = [stack.submit_socket(["/bin/true"]) for _ in range(jobs)]
+    submit_ms = (time.perf_counter() - t0) * 1000.0
+    time.sleep(0.2)  # let the wake-ups from those submits settle before the clock starts
+    if stack.state(blocker) != "running":
+        raise BenchError(f"blocker job {blocker} is {stack.state(blocker)}, not running")
+
+    with around_release():
+        cpu0 = stack.agent_cpu_s()
+        _release(fifo)
+        stack.wait_ended([blocker, *ids], timeout=max(60.0, jobs * 1.0), interval=0.05)
+        cpu_ms = (stack.agent_cpu_s() - cpu0) * 1000.0
+
+    rows = stack.jobs([blocker, *ids])
+    bad = {i: st for i, (st, _) in rows.items() if st != "succeeded"}
+    if bad:
+        raise BenchError(f"jobs did not succeed: {dict(list(bad.items())[:5])}"
+                         f"\nagent log:\n{stack.log_tail()}")
+    blocker_end = rows[blocker][1]
+    ends = sorted(rows[i][1] for i in ids)  # type: ignore[type-var]
+    assert blocker_end is not None
+    total = (ends[-1] - blocker_end) * 1000.0
+    gaps = [(b - a) * 1000.0 for a, b in zip([blocker_end, *ends], ends)]
+    return {
+        "turnover_jobs": float(jobs),
+        "turnover_total_ms": total,
+        "turnover_ms_per_job": total / jobs,
+        "turnover_gap_p50_ms": statistics.median(gaps),
+        "turnover_gap_max_ms": max(gaps),
+        "turnover_agent_cpu_ms_per_job": cpu_ms / jobs,
+        "socket_submit_ms_per_job": submit_ms / jobs,
+    }
+
+
+def median_of(rounds: list[dict[str, float]]) -> dict[str, float]:
+    """Each figure's median over the rounds, plus the worst round's ms per job."""
+    out = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
+    out["turnover_rounds"] = float(len(rounds))
+    out["turnover_ms_per_job_max"] = max(r["turnover_ms_per_job"] for r in rounds)
+    return out

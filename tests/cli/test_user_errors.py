@@ -1,0 +1,71 @@
+"""A user mistake: one line on stderr, non-zero exit, nothing written. Never a traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.mark.parametrize("args, message", [
+    (["missing.py"], "script not found: missing.py"),
+    (["--bogus", "train.py"], "no such option: --bogus"),
+    (["--chips", "0", "--", "/bin/true"], "--chips must be at least 1"),
+    (["--chips", "three", "--", "/bin/true"], "'three' is not a valid integer"),
+    (["--env", "1BAD=x", "--", "/bin/true"], "bad --env '1BAD=x'"),
+    (["--env", "=x", "--", "/bin/true"], "bad --env '=x'"),
+    (["--env", "TPUQ_SURELY_UNSET_VAR", "--", "/bin/true"], "not set in this shell"),
+    (["--", "no-such-command-xyz"], "command not found: no-such-command-xyz"),
+    (["--signal", "SIGNOPE", "--", "/bin/true"], "unknown or uncatchable signal"),
+    (["--signal", "KILL", "--", "/bin/true"], "unknown or uncatchable signal"),
+    (["--grace", "soon", "--", "/bin/true"], "cannot read duration 'soon'"),
+    ([], "Missing argument"),
+])
+def test_submit_mistakes_are_one_line_and_write_nothing(stack, args, message):
+    r = stack.tpuq("submit", *args, check=False)
+    assert r.returncode == 2, r.stderr
+    assert message in r.stderr
+    assert "Traceback" not in r.stderr and r.stdout == ""
+    assert not (stack.home / "tpuq.db").exists(), "nothing may be written for a mistake"
+
+
+def test_unknown_job_is_a_clear_error(stack):
+    r = stack.tpuq("show", "42", check=False)
+    assert r.returncode == 2 and "job 42 does not exist" in r.stderr
+    r = stack.tpuq("cancel", "42", check=False)
+    assert r.returncode == 1 and "job 42 does not exist" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_bad_config_value_names_its_source(stack):
+    r = stack.tpuq("status", check=False, TPUQ_LEASE_S="long")
+    assert r.returncode == 2
+    assert "TPUQ_LEASE_S: lease_s must be a number" in r.stderr
+    (stack.home).mkdir(parents=True, exist_ok=True)
+    (stack.home / "config.toml").write_text("no_such_setting = 1\n")
+    r = stack.tpuq("status", check=False)
+    assert r.returncode == 2 and "unknown setting 'no_such_setting'" in r.stderr
+
+
+def test_unreachable_database_is_one_line(stack):
+    r = stack.tpuq("status", check=False,
+                   TPUQ_DATABASE_URL="postgresql://nobody@127.0.0.1:1/none")
+    assert r.returncode == 1
+    assert r.stderr.startswith("tpuq: error: ") and "Traceback" not in r.stderr
+
+
+def test_help_teaches(stack):
+    out = stack.tpuq("submit", "--help").stdout
+    for word in ("tpuq submit train.py --lr 3e-4", "--chips", "--grace", "--max-retries", "--json"):
+        assert word in out
+    top = stack.tpuq("--help").stdout
+    for cmd in ("submit", "status", "logs", "cancel", "resubmit", "agent", "show"):
+        assert f"  {cmd}" in top
+
+
+def test_every_option_can_come_from_the_environment(stack):
+    # explicit names for the common ones (README table), TPUQ_<COMMAND>_<OPTION> for the rest
+    r = stack.tpuq("resubmit", "--failed", check=False, TPUQ_RESUBMIT_SINCE="bogus")
+    assert r.returncode == 2 and "cannot read duration 'bogus'" in r.stderr
+    r = stack.tpuq("submit", "--", "/bin/true", check=False, TPUQ_GRACE="later")
+    assert r.returncode == 2 and "cannot read duration 'later'" in r.stderr
+    r = stack.tpuq("submit", "-q", "--", "/bin/true", TPUQ_SUBMIT_HOLD="1")
+    assert stack.job(int(r.stdout)).state == "held"

@@ -1,0 +1,99 @@
+"""The agent owns the TPU: foreign holders block it, orphans and stale locks are cleaned,
+and a crashed agent loses nothing."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+
+from tests.harness import FIXTURES, fixture_cmd, wait_for
+from tests.e2e.test_embedded_queue import intervals
+
+
+def test_foreign_holder_blocks_host_is_reported_and_job_runs_after_it_exits(stack, host):
+    holder = subprocess.Popen([sys.executable, str(FIXTURES / "hold_device.py"),
+                               str(host.dev / "accel2")], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        stack.start_agent(host)
+        job_id = stack.submit("--", "/bin/true")
+        busy = wait_for(lambda: stack.host("tpu-a").busy_reason, 15, "host marked busy")
+        assert f"pid {holder.pid}" in busy and "hold_device.py" in busy
+        status = stack.tpuq("status").stdout
+        assert f"pid {holder.pid}" in status and "hold_device.py" in status
+        assert stack.job(job_id).state == "queued", "no job starts beside a foreign process"
+        assert all(a.pid is None for a in stack.attempts(job_id))
+    finally:
+        holder.stdin.close()
+        holder.wait(10)
+    stack.wait_state(job_id, "succeeded", timeout=20)
+    assert stack.host("tpu-a").busy_reason is None
+    assert stack.job(job_id).failures == 0, "a busy host is not the job's failure"
+
+
+def test_stale_libtpu_lock_without_holder_is_removed_before_next_job(stack, host):
+    host.lockfile.write_text("")  # left behind by a crashed libtpu
+    stack.start_agent(host)
+    wait_for(lambda: not host.lockfile.exists(), 10, "stale lock removed at agent start")
+    host.lockfile.write_text("")  # a crash between jobs
+    job_id = stack.submit("--", "/bin/sh", "-c", f"test ! -e {host.lockfile}")
+    assert stack.wait_state(job_id, "succeeded", "failed").state == "succeeded", \
+        "the job saw the stale lock file"
+
+
+def test_lock_file_held_by_live_process_is_never_removed(stack, host):
+    fd = os.open(host.lockfile, os.O_CREAT | os.O_RDWR, 0o600)
+    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what libtpu does
+    try:
+        inode = os.stat(host.lockfile).st_ino
+        stack.start_agent(host)
+        job_id = stack.submit("--", "/bin/true")
+        stack.wait_state(job_id, "succeeded")
+        assert os.stat(host.lockfile).st_ino == inode
+    finally:
+        os.close(fd)
+
+
+def test_agent_sigkill_and_restart_loses_no_job_and_kills_the_orphan(stack, host, tmp_path):
+    agent = stack.start_agent(host)
+    out = tmp_path / "record.txt"
+    first = stack.submit(*fixture_cmd("record.py", out, 30))
+    rest = [stack.submit(*fixture_cmd("record.py", out, 0.2)) for _ in range(3)]
+    stack.wait_log(first, "running")
+    orphan = stack.attempts(first)[0].pid
+    agent.kill()
+    assert os.path.exists(f"/proc/{orphan}"), "the job outlives its agent (own session)"
+    stack.start_agent(host)
+    wait_for(lambda: not os.path.exists(f"/proc/{orphan}")
+             or open(f"/proc/{orphan}/stat").read().split()[2] == "Z", 15, "orphan killed")
+    # the interrupted job runs again; the queue behind it runs after it, one at a time
+    job = stack.wait_state(first, "running", "succeeded", timeout=20)
+    assert job.attempt == 2 and job.preemptions == 1 and job.failures == 0
+    stack.tpuq("cancel", str(first))
+    stack.wait_all(rest, "succeeded")
+    spans = intervals(out)
+    for (_, _, end), (_, start, _) in zip(spans, spans[1:]):
+        assert start >= end
+
+
+def test_reboot_requeues_active_jobs_at_once(stack, host):
+    agent = stack.start_agent(host, TPUQ_LEASE_S="600")  # lease expiry must not be what saves it
+    job_id = stack.submit("--", "/bin/sleep", "600")
+    stack.wait_state(job_id, "running")
+    pid = stack.attempts(job_id)[0].pid
+    agent.kill()
+    os.killpg(pid, signal.SIGKILL)  # a reboot kills everything
+    host.reboot()
+    host.lockfile.write_text("")
+    stack.start_agent(host, TPUQ_LEASE_S="600")
+    job = stack.wait_state(job_id, "running", timeout=15)
+    first, second = stack.attempts(job_id)
+    assert first.outcome == "preempted" and first.reason == "host rebooted"
+    assert second.boot_id != first.boot_id
+    assert job.failures == 0 and job.preemptions == 1
+    stack.tpuq("cancel", str(job_id))
+    stack.wait_state(job_id, "cancelled")

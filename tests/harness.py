@@ -1,0 +1,239 @@
+"""End-to-end harness: real `tpuq agent` processes on fake TPU hosts.
+
+A fake host is a directory of device files (`accel0..N`), its own TPUQ_HOME (or a shared
+database for the team deployment), a boot id file the test can change, and a libtpu
+lock path in the temp dir. Waits poll the database for the state a test expects; they
+never sleep a fixed time hoping something happened.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from tpuq.state.db import Database
+from tpuq.state.models import Attempt, Host, Job
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+TPUQ = [sys.executable, "-c", "from tpuq.cli.main import main; main()"]
+T = TypeVar("T")
+
+
+def wait_for(pred: Callable[[], T], timeout: float = 30.0, what: str = "condition",
+              interval: float = 0.05) -> T:
+    """Poll `pred` until it returns something truthy; fail the test with `what` on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+@dataclass
+class FakeHost:
+    """A TPU host made of files: device nodes, boot id, libtpu lock path."""
+
+    root: Path
+    name: str = "tpu-a"
+    chips: int = 4
+
+    def __post_init__(self) -> None:
+        self.dev = self.root / "dev"
+        self.dev.mkdir(parents=True, exist_ok=True)
+        for i in range(self.chips):
+            (self.dev / f"accel{i}").touch()
+        self.boot_id_file = self.root / "boot_id"
+        if not self.boot_id_file.exists():
+            self.reboot()
+
+    def reboot(self) -> None:
+        """What the kernel does at boot: a new random boot id."""
+        self.boot_id_file.write_text(os.urandom(16).hex() + "\n")
+
+    @property
+    def lockfile(self) -> Path:
+        return self.root / "libtpu_lockfile"
+
+    def env(self) -> dict[str, str]:
+        return {
+            "TPUQ_HOST": self.name,
+            "TPUQ_DEVICE_GLOB": str(self.dev / "accel*"),
+            "TPUQ_BOOT_ID_FILE": str(self.boot_id_file),
+            "TPUQ_LIBTPU_LOCKFILE": str(self.lockfile),
+            "TPUQ_TPU_LOGS_DIR": str(self.root / "tpu_logs"),
+            "TPUQ_LOCK_DIR": str(self.root / "locks"),
+            "TPUQ_PCI_DIR": str(self.root / "pci"),
+        }
+
+
+@dataclass
+class Stack:
+    """Settings shared by every process of one test: CLI, agents, checks."""
+
+    home: Path
+    extra: dict[str, str] = field(default_factory=dict)
+    agents: list[AgentProc] = field(default_factory=list)
+
+    def env(self, host: FakeHost | None = None, **more: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TPUQ_")}
+        # as in a shell with the venv activated: `python` is the test's interpreter
+        env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+        env.update({
+            "TPUQ_HOME": str(self.home), "TPUQ_HEARTBEAT_S": "0.5", "TPUQ_POLL_S": "0.5",
+            "TPUQ_LEASE_S": "3", "TPUQ_HOST_STALE_S": "5", "TPUQ_RETRY_BACKOFF_S": "0.2",
+            "TPUQ_USER": "tester", "JAX_PLATFORMS": "cpu",
+        })
+        env.update(self.extra)
+        if host is not None:
+            env.update(host.env())
+        env.update(more)
+        return env
+
+    @property
+    def db(self) -> Database:
+        if not hasattr(self, "_db"):
+            url = self.extra.get("TPUQ_DATABASE_URL") or f"sqlite:///{self.home}/tpuq.db"
+            self._db = Database(url)
+        return self._db
+
+    # ---- the CLI ---------------------------------------------------------------------
+    def tpuq(self, *args: str, check: bool = True, cwd: str | Path | None = None,
+             **env: str) -> subprocess.CompletedProcess[str]:
+        r = subprocess.run([*TPUQ, *args], env=self.env(**env), cwd=cwd, text=True,
+                           capture_output=True, timeout=120)
+        if check and r.returncode != 0:
+            raise AssertionError(f"tpuq {' '.join(args)} exited {r.returncode}:\n{r.stderr}")
+        return r
+
+    def submit(self, *args: str, cwd: str | Path | None = None, **env: str) -> int:
+        return int(self.tpuq("submit", "-q", *args, cwd=cwd, **env).stdout.strip())
+
+    def start_agent(self, host: FakeHost, **env: str) -> AgentProc:
+        a = AgentProc(self, host, env)
+        a.start()
+        self.agents.append(a)
+        return a
+
+    # ---- reading the truth -----------------------------------------------------------------
+    def job(self, job_id: int) -> Job:
+        with self.db.read() as s:
+            job = s.get(Job, job_id)
+            assert job is not None, f"job {job_id} missing"
+            return job
+
+    def attempts(self, job_id: int) -> list[Attempt]:
+        with self.db.read() as s:
+            return list(s.query(Attempt).filter_by(job_id=job_id).order_by(Attempt.number))
+
+    def host(self, name: str) -> Host | None:
+        with self.db.read() as s:
+            return s.get(Host, name)
+
+    def wait_state(self, job_id: int, *states: str, timeout: float = 30.0) -> Job:
+        def check() -> Job | None:
+            job = self.job(job_id)
+            return job if job.state in states else None
+
+        try:
+            return wait_for(check, timeout, f"job {job_id} to be {'/'.join(states)}")
+        except AssertionError as e:
+            raise AssertionError(f"{e}; it is {self.job(job_id).state}\n{self.diagnose()}") from None
+
+    def wait_all(self, ids: list[int], *states: str, timeout: float = 60.0) -> list[Job]:
+        return [self.wait_state(i, *states, timeout=timeout) for i in ids]
+
+    def log_text(self, job_id: int) -> str:
+        return "".join(Path(a.log_path).read_text() for a in self.attempts(job_id)
+                       if a.log_path and Path(a.log_path).exists())
+
+    def wait_log(self, job_id: int, text: str, timeout: float = 30.0) -> None:
+        wait_for(lambda: text in self.log_text(job_id), timeout, f"{text!r} in job {job_id} log")
+
+    def diagnose(self) -> str:
+        return "\n".join(f"--- agent {a.host.name} log:\n{a.log_tail()}" for a in self.agents)
+
+    def cleanup(self) -> None:
+        """Stop every agent and every job process this test started, by pid."""
+        for a in self.agents:
+            a.kill()
+        try:
+            with self.db.read() as s:
+                pids = [(a.pid, a.proc_start) for a in s.query(Attempt) if a.pid]
+        except Exception:  # noqa: BLE001 - the database may be gone or never created
+            pids = []
+        from tpuq.agent.holders import is_same_process
+
+        for pid, start in pids:
+            if start and is_same_process(pid, start):
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        if hasattr(self, "_db"):
+            self._db.dispose()
+
+
+class AgentProc:
+    """One `tpuq agent` process for a fake host."""
+
+    def __init__(self, stack: Stack, host: FakeHost, env: dict[str, str]) -> None:
+        self.stack = stack
+        self.host = host
+        self.env = env
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = host.root / "agent.log"
+
+    def start(self, wait: bool = True) -> AgentProc:
+        self._log_from = self.log_path.stat().st_size if self.log_path.exists() else 0
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen([*TPUQ, "agent"], env=self.stack.env(self.host, **self.env),
+                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        log.close()
+        if wait:
+            wait_for(self._ready, 30, f"agent {self.host.name} to start\n{self.log_tail()}")
+        return self
+
+    def _ready(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"agent exited {self.proc.returncode}:\n{self.log_tail()}")
+        return "agent on " in self.log_path.read_text()[self._log_from:]
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def stop(self, timeout: float = 60.0) -> int:
+        """SIGTERM (graceful) and wait for the agent to exit."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        """SIGKILL: the host's agent dies without any cleanup."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def log_tail(self, n: int = 4000) -> str:
+        try:
+            return self.log_path.read_text()[-n:]
+        except FileNotFoundError:
+            return ""
+
+
+def fixture_cmd(name: str, *args: Any) -> list[str]:
+    """`-- python tests/fixtures/<name> args...` for tpuq submit."""
+    return ["--", sys.executable, str(FIXTURES / name), *map(str, args)]

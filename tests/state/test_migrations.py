@@ -1,0 +1,49 @@
+"""Alembic: one head, upgrades an empty database, and agrees with the models."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+
+from tpuq.state.db import SCHEMA_HEAD, Database
+from tpuq.state.migrate import heads
+from tpuq.state.models import Base
+
+
+def test_single_alembic_head_matching_the_code():
+    assert heads() == [SCHEMA_HEAD]
+
+
+def test_upgrade_on_empty_database_reaches_head_and_matches_models(db):
+    assert db.schema_version() == SCHEMA_HEAD
+    with db.engine.connect() as conn:
+        ctx = MigrationContext.configure(conn, opts={"compare_type": True})
+        diff = compare_metadata(ctx, Base.metadata)
+    assert diff == [], f"models and migrations disagree: {diff}"
+
+
+def test_upgrade_is_idempotent(db):
+    db.upgrade()
+    assert db.schema_version() == SCHEMA_HEAD
+
+
+def test_agent_refuses_database_not_at_head_and_names_the_command(pg_url, tmp_path, host):
+    env = {"TPUQ_DATABASE_URL": pg_url, "TPUQ_HOME": str(tmp_path / "h"), **host.env(),
+           "PATH": "/usr/bin:/bin"}
+    r = subprocess.run([sys.executable, "-c", "from tpuq.cli.main import main; main()", "agent"],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert "not initialised" in r.stderr and "run `tpuq db upgrade`" in r.stderr
+    assert "Traceback" not in r.stderr
+    up = subprocess.run([sys.executable, "-c", "from tpuq.cli.main import main; main()", "db",
+                         "upgrade"], env=env, capture_output=True, text=True, timeout=60)
+    assert up.returncode == 0 and SCHEMA_HEAD in up.stdout
+    assert Database(pg_url).schema_version() == SCHEMA_HEAD
+
+
+def test_embedded_default_creates_its_database_on_first_use(stack):
+    stack.tpuq("status")
+    assert Database(f"sqlite:///{stack.home}/tpuq.db").schema_version() == SCHEMA_HEAD

@@ -1,0 +1,134 @@
+"""The state machine: every allowed move works, every other is refused, all are fenced."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from sqlalchemy import select
+
+from tpuq.spec import JobSpec
+from tpuq.state import attempts, jobs
+from tpuq.state.attempts import Ending
+from tpuq.state.models import Allocation, Job, JobEvent
+from tpuq.state.states import ALLOWED, TERMINAL, JobState, Outcome, allowed
+from tpuq.state.transitions import InvalidTransition, transition
+
+EXPECTED = {
+    ("queued", "assigned"), ("queued", "held"), ("queued", "cancelled"),
+    ("held", "queued"), ("held", "cancelled"),
+    ("assigned", "running"), ("assigned", "queued"), ("assigned", "cancelled"),
+    ("running", "succeeded"), ("running", "failed"), ("running", "cancelled"),
+    ("running", "timeout"), ("running", "preempting"), ("running", "queued"),
+    ("preempting", "queued"), ("preempting", "cancelled"), ("preempting", "timeout"),
+    ("preempting", "succeeded"), ("preempting", "failed"), ("preempting", "preempting"),
+}
+
+
+@pytest.mark.parametrize("frm, to", list(itertools.product(JobState, JobState)))
+def test_every_pair_is_allowed_or_refused_as_designed(frm, to):
+    assert allowed(frm, to) == ((frm.value, to.value) in EXPECTED)
+
+
+def test_terminal_states_are_final():
+    assert all(not ALLOWED[s] for s in TERMINAL)
+
+
+def spec(**kw):
+    return JobSpec(command=["/bin/true"], cwd="/", owner="u", team="t", **kw)
+
+
+def new_job(db, **kw) -> int:
+    with db.write() as s:
+        return jobs.submit(s, spec(**kw))
+
+
+def test_refused_transition_raises_before_touching_the_row(db):
+    job_id = new_job(db)
+    with db.write() as s, pytest.raises(InvalidTransition):
+        transition(s, job_id, [JobState.QUEUED], JobState.SUCCEEDED)
+
+
+def test_transition_is_compare_and_set_and_writes_an_event(db):
+    job_id = new_job(db)
+    with db.write() as s:
+        assert transition(s, job_id, [JobState.QUEUED], JobState.HELD, reason="r", actor="a")
+        assert not transition(s, job_id, [JobState.QUEUED], JobState.HELD), "state moved on"
+    with db.read() as s:
+        events = s.scalars(select(JobEvent).where(JobEvent.job_id == job_id)).all()
+    assert [(e.from_state, e.to_state) for e in events] == [(None, "queued"), ("queued", "held")]
+
+
+def test_attempt_is_the_fencing_token(db):
+    job_id = new_job(db)
+    with db.write() as s:
+        a1 = attempts.assign(s, job_id, 0, "h", [0, 1], lease_s=30)
+    with db.write() as s:
+        assert attempts.start(s, job_id, a1, "h", boot_id="b", log_path="/l", lease_s=30)
+        assert not attempts.start(s, job_id, a1, "h", boot_id="b", log_path="/l", lease_s=30), \
+            "duplicate doorbell"
+    with db.write() as s:  # the host went silent; the reaper requeued it
+        assert attempts.finish(s, job_id, a1, "h", Ending(Outcome.LOST, "lease")) == JobState.QUEUED
+        a2 = attempts.assign(s, job_id, a1, "h2", [0], lease_s=30)
+    with db.write() as s:  # the old attempt wakes up: every write it tries is refused
+        assert not attempts.renew(s, job_id, a1, "h", 30).held
+        assert attempts.finish(s, job_id, a1, "h", Ending(Outcome.SUCCEEDED, "x")) is None
+        assert not attempts.start(s, job_id, a1, "h", boot_id="b", log_path="/l", lease_s=30)
+        assert attempts.renew(s, job_id, a2, "h2", 30).held
+
+
+def test_database_refuses_double_booking_a_chip(db):
+    a, b = new_job(db), new_job(db)
+    with db.write() as s:
+        attempts.assign(s, a, 0, "h", [0, 1], lease_s=30)
+    with pytest.raises(Exception, match="(?i)unique|duplicate"):
+        with db.write() as s:
+            attempts.assign(s, b, 0, "h", [1, 2], lease_s=30)
+    with db.read() as s:
+        assert s.get(Job, b).state == "queued", "the failed assignment rolled back whole"
+        assert sorted(s.scalars(select(Allocation.chip))) == [0, 1]
+
+
+def run_to(db, job_id, outcome, **kw):
+    with db.write() as s:
+        n = attempts.assign(s, job_id, s.get(Job, job_id).attempt, "h", [0], lease_s=30)
+    with db.write() as s:
+        attempts.start(s, job_id, n, "h", boot_id="b", log_path="/l", lease_s=30)
+    with db.write() as s:
+        return attempts.finish(s, job_id, n, "h", Ending(outcome, "why", **kw), retry_backoff_s=0)
+
+
+def test_failures_retry_until_max_retries_then_fail(db):
+    job_id = new_job(db, max_retries=2)
+    assert run_to(db, job_id, Outcome.FAILED, exit_code=1) == JobState.QUEUED
+    assert run_to(db, job_id, Outcome.FAILED, exit_code=1) == JobState.QUEUED
+    assert run_to(db, job_id, Outcome.FAILED, exit_code=1) == JobState.FAILED
+    with db.read() as s:
+        assert s.get(Job, job_id).failures == 3
+
+
+def test_preemption_and_requeue_never_use_up_retries(db):
+    job_id = new_job(db, max_retries=0)
+    for outcome in (Outcome.PREEMPTED, Outcome.REQUEUED, Outcome.HOST_ERROR, Outcome.LOST):
+        assert run_to(db, job_id, outcome) == JobState.QUEUED
+    with db.read() as s:
+        job = s.get(Job, job_id)
+    assert job.failures == 0 and job.preemptions == 1 and job.attempt == 4
+
+
+def test_preempted_job_with_no_requeue_ends(db):
+    job_id = new_job(db, requeue_on_preempt=False)
+    assert run_to(db, job_id, Outcome.PREEMPTED) == JobState.FAILED
+
+
+def test_stop_request_decides_the_outcome_whatever_the_exit(db):
+    job_id = new_job(db)
+    with db.write() as s:
+        n = attempts.assign(s, job_id, 0, "h", [0], lease_s=30)
+    with db.write() as s:
+        attempts.start(s, job_id, n, "h", boot_id="b", log_path="/l", lease_s=30)
+        assert jobs.cancel(s, job_id, "me").ok
+        assert attempts.renew(s, job_id, n, "h", 30).stop_request == "cancel"
+    with db.write() as s:
+        end = Ending(Outcome.SUCCEEDED, "exited 0", exit_code=0)
+        assert attempts.finish(s, job_id, n, "h", end) == JobState.CANCELLED
