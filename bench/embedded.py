@@ -21,7 +21,10 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 BIN = Path(sys.executable).parent  # the venv's bin/, where `tpuq` is installed
 TPUQ = str(BIN / "tpuq")
@@ -71,7 +74,7 @@ class EmbeddedStack:
         self._db: Any = None
 
     # ---- lifecycle ------------------------------------------------------------------------
-    def __enter__(self) -> EmbeddedStack:
+    def __enter__(self) -> Self:
         self.home = tempfile.mkdtemp(prefix="tpuq-bench-")
         try:
             os.makedirs(os.path.join(self.home, "dev"))
@@ -161,7 +164,8 @@ class EmbeddedStack:
 
     def run_cli(self, argv: Sequence[str]) -> str:
         """Run a tpuq command in the stack's environment; its stdout, BenchError on failure."""
-        done = subprocess.run(argv, env=self.env, cwd=self.home, capture_output=True, text=True)
+        done = subprocess.run(argv, env=self.env, cwd=self.home, capture_output=True, text=True,
+                              check=False)
         if done.returncode != 0:
             raise BenchError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.strip()}")
         return done.stdout

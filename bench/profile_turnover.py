@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from bench import turnover  # noqa: E402
-from bench.embedded import BIN, BenchError, EmbeddedStack  # noqa: E402
+from bench import turnover
+from bench.embedded import BIN, BenchError, EmbeddedStack
 
 
 def find_py_spy(given: str | None) -> str:
@@ -43,7 +43,8 @@ def sampling(cmd: list[str]) -> Iterator[None]:
     try:
         time.sleep(0.5)  # let it attach
         if spy.poll() is not None:
-            raise BenchError(f"py-spy exited: {spy.stderr.read().decode(errors='replace')}")
+            _, err = spy.communicate()
+            raise BenchError(f"py-spy exited: {err.decode(errors='replace')}")
         yield
     finally:
         if spy.poll() is None:
@@ -69,8 +70,9 @@ def _frame(raw: str) -> str:
 
 
 # leaf frames that mean "waiting, not working" (py-spy's idle detection misses some)
-WAITS = ("threading.py:Condition.wait", "socket.py:socket.accept", "selectors.py:EpollSelector.select",
-         "threading.py:Event.wait", "threading.py:Thread.join", "time:sleep")
+WAITS = ("threading.py:Condition.wait", "socket.py:socket.accept",
+         "selectors.py:EpollSelector.select", "threading.py:Event.wait",
+         "threading.py:Thread.join", "time:sleep")
 
 
 def _thread_group(raw: str) -> str:
@@ -130,6 +132,8 @@ def main() -> int:
           f"{figures['turnover_agent_cpu_ms_per_job']:.1f} ms/job (slowed by sampling); "
           f"{total} busy samples from the release of the blocker to the last job's end; "
           f"raw stacks: {raw}")
+    counts["inclusive, tpuq code only"] = collections.Counter(
+        {k: v for k, v in counts["inclusive"].items() if k.startswith("tpuq/")})
     for title, counter in counts.items():
         print(f"\ntop {args.top} by {title} (share of busy samples)")
         for name, n in counter.most_common(args.top):

@@ -6,7 +6,9 @@
   time.time()).
 
 One job at a time: after each sample the bench waits for the job to end, so every
-submit meets an empty queue and an idle agent.
+submit meets an empty queue and an idle agent. Each submit sample is paired with a
+`python -c pass` run just before it, so the baseline sees the same machine load (on a
+shared 2-core VM, other work moves the p95 of both).
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import time
+from functools import partial
 
 from bench.embedded import BenchError, EmbeddedStack, wait_for
 from bench.stats import summary
@@ -25,7 +29,8 @@ WARMUP = 2
 def _submit(stack: EmbeddedStack, argv: list[str]) -> tuple[int, float]:
     """(job id, wall ms) of one CLI submit."""
     t0 = time.perf_counter()
-    done = subprocess.run(argv, env=stack.env, cwd=stack.home, capture_output=True, text=True)
+    done = subprocess.run(argv, env=stack.env, cwd=stack.home, capture_output=True, text=True,
+                          check=False)
     wall = (time.perf_counter() - t0) * 1000.0
     if done.returncode != 0:
         raise BenchError(f"tpuq submit exited {done.returncode}: {done.stderr.strip()}")
@@ -35,15 +40,24 @@ def _submit(stack: EmbeddedStack, argv: list[str]) -> tuple[int, float]:
         raise BenchError(f"tpuq submit -q printed {done.stdout!r}, not a job id") from None
 
 
+def _python_pass_ms() -> float:
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    return (time.perf_counter() - t0) * 1000.0
+
+
 def wall_time(stack: EmbeddedStack, runs: int) -> dict[str, float]:
+    """submit_wall_* and, paired with it, python_pass_paired_*."""
     argv = stack.submit_argv(["/bin/true"])
-    samples = []
+    samples, paired = [], []
     for i in range(WARMUP + runs):
+        base = _python_pass_ms()
         job_id, wall = _submit(stack, argv)
         stack.wait_ended([job_id], timeout=30)
         if i >= WARMUP:
             samples.append(wall)
-    return summary("submit_wall", samples)
+            paired.append(base)
+    return {**summary("submit_wall", samples), **summary("python_pass_paired", paired)}
 
 
 def _read_stamp(path: str) -> float | None:
@@ -63,8 +77,8 @@ def submit_to_start(stack: EmbeddedStack, runs: int) -> dict[str, float]:
         argv = stack.submit_argv(["/bin/sh", "-c", f"{date} +%s.%N > {stamp}"])
         t0 = time.time()
         job_id, _ = _submit(stack, argv)
-        started = wait_for(lambda p=stamp: _read_stamp(p), 30, 0.002,
-                           f"job {job_id} to start")
+        started: float = wait_for(partial(_read_stamp, stamp), 30, 0.002,
+                                  f"job {job_id} to start")
         stack.wait_ended([job_id], timeout=30)
         if stack.state(job_id) != "succeeded":
             raise BenchError(f"job {job_id} ended {stack.state(job_id)}:\n{stack.log_tail()}")

@@ -59,11 +59,13 @@ def turnover(stack: EmbeddedStack, jobs: int,
     if bad:
         raise BenchError(f"jobs did not succeed: {dict(list(bad.items())[:5])}"
                          f"\nagent log:\n{stack.log_tail()}")
-    blocker_end = rows[blocker][1]
-    ends = sorted(rows[i][1] for i in ids)  # type: ignore[type-var]
-    assert blocker_end is not None
+    ended = {i: end for i, (_, end) in rows.items() if end is not None}
+    if len(ended) != len(rows):
+        raise BenchError("a finished job has no ended_at")
+    blocker_end = ended[blocker]
+    ends = sorted(ended[i] for i in ids)
     total = (ends[-1] - blocker_end) * 1000.0
-    gaps = [(b - a) * 1000.0 for a, b in zip([blocker_end, *ends], ends)]
+    gaps = [(b - a) * 1000.0 for a, b in zip([blocker_end, *ends], ends, strict=False)]
     return {
         "turnover_jobs": float(jobs),
         "turnover_total_ms": total,

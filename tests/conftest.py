@@ -1,4 +1,5 @@
-"""Shared fixtures: a fresh stack (state dir, settings) and fake TPU hosts per test."""
+"""Shared fixtures: a stack per deployment (embedded SQLite, or team PostgreSQL + Redis)
+and fake TPU hosts. End-to-end tests that take `stack` run against both deployments."""
 
 from __future__ import annotations
 
@@ -8,11 +9,57 @@ from pathlib import Path
 import pytest
 
 from tests.harness import FakeHost, Stack
+from tests.services import RedisServer, create_pg_database, drop_pg_database
 
 
 @pytest.fixture
-def stack(tmp_path: Path) -> Iterator[Stack]:
-    s = Stack(home=tmp_path / "home")
+def pg_url() -> Iterator[str]:
+    """A fresh, empty PostgreSQL database, dropped afterwards."""
+    try:
+        url = create_pg_database()
+    except Exception as e:  # noqa: BLE001
+        pytest.fail(f"PostgreSQL is required on 127.0.0.1:5432 (.ci/run starts it): {e}")
+    try:
+        yield url
+    finally:
+        drop_pg_database(url)
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path / "redis").start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _team_stack(request: pytest.FixtureRequest, home: Path) -> Stack:
+    pg = request.getfixturevalue("pg_url")
+    redis = request.getfixturevalue("redis_server")
+    s = Stack(home=home, extra={"TPUQ_DATABASE_URL": pg, "TPUQ_BROKER_URL": redis.url})
+    s.tpuq("db", "upgrade")
+    s.redis = redis  # type: ignore[attr-defined]
+    return s
+
+
+@pytest.fixture(params=["embedded", "team"])
+def stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Stack]:
+    """The whole tpuq of one test; `embedded_only` tests skip the team deployment."""
+    if request.param == "team" and request.node.get_closest_marker("embedded_only"):
+        pytest.skip("embedded deployment only")
+    s = _team_stack(request, tmp_path / "home") if request.param == "team" \
+        else Stack(home=tmp_path / "home")
+    s.deployment = request.param  # type: ignore[attr-defined]
+    try:
+        yield s
+    finally:
+        s.cleanup()
+
+
+@pytest.fixture
+def team_stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Stack]:
+    s = _team_stack(request, tmp_path / "home")
     try:
         yield s
     finally:

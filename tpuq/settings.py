@@ -40,6 +40,7 @@ ENV: dict[str, str] = {
     "retry_backoff_s": "TPUQ_RETRY_BACKOFF_S",
     "port_base": "TPUQ_PORT_BASE",
     "fair_share_half_life_h": "TPUQ_FAIR_SHARE_HALF_LIFE_H",
+    "broker_visibility_s": "TPUQ_BROKER_VISIBILITY_S",
 }
 CONFIG_ENV = "TPUQ_CONFIG"
 
@@ -73,8 +74,9 @@ class Settings:
     poll_s: float = 2.0
     default_grace_s: float = 30.0
     retry_backoff_s: float = 10.0
-    port_base: int = 8476
+    port_base: int = 8500  # above libtpu's own ports; 2 per chip (environment.py)
     fair_share_half_life_h: float = 168.0
+    broker_visibility_s: float = 3600.0  # Redis re-delivery timeout; irrelevant with early acks
 
     # ---- derived -------------------------------------------------------------------
     @property

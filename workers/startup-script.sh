@@ -11,11 +11,14 @@
 # Inputs (environment first, then instance metadata attribute, then default):
 #   TPUQ_PIP_SPEC     / tpuq-pip-spec      what to pip install; default 'tpuq[agent]'.
 #                                          Pin it (a version, a wheel path or URL, or
-#                                          'tpuq[agent] @ git+https://...@TAG').
+#                                          'tpuq[agent] @ git+https://...@TAG'). While
+#                                          tpuq is not published on PyPI, the default
+#                                          fails, or worse installs a stranger's package
+#                                          and runs it as root: always set this.
 #   TPUQ_DATABASE_URL / tpuq-database-url  PostgreSQL URL; absent = keep the file's value
 #   TPUQ_BROKER_URL   / tpuq-broker-url    Redis URL;      absent = keep the file's value
 #   TPUQ_HOST         / tpuq-host          host name in the queue; default: see below
-#   TPUQ_PYTHON                            interpreter for the venv; default python3
+#   TPUQ_VENV_PYTHON                       interpreter for the venv; default python3
 #   TPUQ_UPGRADE=1                         reinstall even if TPUQ_PIP_SPEC is unchanged
 set -euo pipefail
 
@@ -79,7 +82,7 @@ env_set() {  # env_set KEY VALUE
 # ---- 1. the venv ---------------------------------------------------------------------
 PIP_SPEC="$(input TPUQ_PIP_SPEC tpuq-pip-spec)"
 PIP_SPEC="${PIP_SPEC:-tpuq[agent]}"
-PYTHON="${TPUQ_PYTHON:-python3}"
+PYTHON="${TPUQ_VENV_PYTHON:-python3}"
 STAMP="$PREFIX/installed-spec"
 
 mkdir -p "$PREFIX"

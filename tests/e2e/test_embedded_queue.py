@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.harness import FIXTURES, fixture_cmd, wait_for
 
 
@@ -171,6 +173,7 @@ def test_cli_wakes_agent_so_polling_is_only_a_fallback(stack, host):
     stack.wait_state(job_id, "succeeded", timeout=10)
 
 
+@pytest.mark.embedded_only
 def test_submit_without_agent_queues_and_agent_picks_it_up(stack, host):
     r = stack.tpuq("submit", "--", "/bin/true")
     assert "no agent is running" in r.stderr

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
@@ -44,6 +46,7 @@ def test_agent_refuses_database_not_at_head_and_names_the_command(pg_url, tmp_pa
     assert Database(pg_url).schema_version() == SCHEMA_HEAD
 
 
+@pytest.mark.embedded_only
 def test_embedded_default_creates_its_database_on_first_use(stack):
     stack.tpuq("status")
     assert Database(f"sqlite:///{stack.home}/tpuq.db").schema_version() == SCHEMA_HEAD

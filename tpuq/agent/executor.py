@@ -71,23 +71,27 @@ class Executor:
         log.warning("job output says the TPU is busy: %s", message.strip())
 
     # ---- doorbells -------------------------------------------------------------------
-    def ring(self, job_id: int, attempt: int) -> None:
-        """Start `attempt` of `job_id` if it is still assigned here; idempotent."""
+    def ring(self, job_id: int, attempt: int) -> Supervisor | None:
+        """Start `attempt` of `job_id` if it is still assigned here; idempotent.
+
+        Returns the new supervisor, or None for a stale or duplicate doorbell.
+        """
         key = (job_id, attempt)
         with self._lock:
             if key in self._running or not self.accepting:
-                return
+                return None
         work = self._load(job_id, attempt)
         if work is None:
-            return  # stale: cancelled, reassigned, or already running
+            return None  # stale: cancelled, reassigned, or already running
         if not self._host_ready(work):
-            return
+            return None
         sup = Supervisor(self, work)
         with self._lock:
             if key in self._running:
-                return
+                return None
             self._running[key] = sup
         sup.start()
+        return sup
 
     def _load(self, job_id: int, attempt: int) -> Work | None:
         with self.db.read() as s:

@@ -78,6 +78,7 @@ class Agent:
         self.executor = Executor(settings, db, boot_id=self.boot_id, chips=chips,
                                  tpu_type=self.tpu_type, on_change=self.wake_scheduler)
         self.scheduler = Scheduler(db, settings, self.holder, ring=self.ring)
+        self.worker: Any = None  # the Celery worker, team deployment only
         self.tickers: list[Ticker] = []
         self.sched_ticker = Ticker("scheduler", settings.poll_s, self._schedule)
         self.sock: LocalSocketServer | None = None
@@ -86,9 +87,18 @@ class Agent:
 
     # ---- wiring ------------------------------------------------------------------------
     def ring(self, host: str, job_id: int, attempt: int) -> None:
-        """Embedded doorbell: the scheduler and the executor share this process."""
-        if host == self.name:
-            self.executor.ring(job_id, attempt)
+        """Tell `host` to start an assigned attempt (after the assignment committed).
+
+        Embedded: the executor is in this process. Team: a `tpuq.run` message on the
+        host's queue; if it is lost, the host's poll of its assigned jobs finds it.
+        """
+        if self.settings.embedded:
+            if host == self.name:
+                self.executor.ring(job_id, attempt)
+            return
+        from tpuq.queue import doorbell
+
+        doorbell.ring_host(host, job_id, attempt)
 
     def wake_scheduler(self) -> None:
         self.sched_ticker.wake()
@@ -114,6 +124,11 @@ class Agent:
         self.recover()
         if self.settings.embedded:
             self.sock = LocalSocketServer(self.settings.socket_path, self.handle_local).start()
+        else:
+            from tpuq.queue.worker import HostWorker
+
+            # one slot per chip (each a possible 1-chip job) plus room for rings
+            self.worker = HostWorker(self, concurrency=len(self.chips) + 4).start()
         s = self.settings
         self.tickers = [
             self.sched_ticker,
@@ -239,6 +254,8 @@ class Agent:
         self.shutdown()
 
     def shutdown(self) -> None:
+        if self.worker is not None:
+            self.worker.stop()
         self.watcher.stop()
         for t in self.tickers:
             t.stop()

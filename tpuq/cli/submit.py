@@ -81,8 +81,9 @@ def build_env(assignments: tuple[str, ...]) -> dict[str, str]:
               help="Set a variable for the job (NAME alone copies it from this shell). Repeatable.")
 @click.option("--signal", "stop_signal", default="SIGTERM", show_default=True,
               envvar="TPUQ_SIGNAL", help="Signal sent to the job's process group to stop it.")
-@click.option("--grace", default="30s", show_default=True, envvar="TPUQ_GRACE",
-              help="Time between the stop signal and SIGKILL, e.g. 30s, 5m.")
+@click.option("--grace", envvar="TPUQ_GRACE",
+              help="Time between the stop signal and SIGKILL, e.g. 30s, 5m "
+                   "(default: TPUQ_DEFAULT_GRACE_S, 30s).")
 @click.option("--time", "time_limit", envvar="TPUQ_TIME_LIMIT",
               help="Time limit per attempt (e.g. 12h); the job then gets its signal and grace.")
 @click.option("--max-retries", type=int, default=0, show_default=True, envvar="TPUQ_MAX_RETRIES",
@@ -97,7 +98,7 @@ def build_env(assignments: tuple[str, ...]) -> dict[str, str]:
 @context.json_option
 def submit(command: tuple[str, ...], name: str | None, chips: int | None, tpu_type: str | None,
            team: str | None, priority: int, env_items: tuple[str, ...], stop_signal: str,
-           grace: str, time_limit: str | None, max_retries: int, no_requeue: bool,
+           grace: str | None, time_limit: str | None, max_retries: int, no_requeue: bool,
            no_tcmalloc: bool, python: str | None, hold: bool, quiet: bool, as_json: bool) -> None:
     """Queue a job: a Python script or, after --, any command.
 
@@ -116,7 +117,7 @@ def submit(command: tuple[str, ...], name: str | None, chips: int | None, tpu_ty
             command=build_command(command, python), cwd=os.getcwd(), env=build_env(env_items),
             owner=cfg.user_name, team=team or cfg.team, name=name, priority=priority,
             chips=chips, tpu_type=tpu_type, stop_signal=stop_signal,
-            grace_s=parse_duration(grace),
+            grace_s=parse_duration(grace) if grace else cfg.default_grace_s,
             time_limit_s=parse_duration(time_limit) if time_limit else None,
             max_retries=max_retries, requeue_on_preempt=not no_requeue, tcmalloc=not no_tcmalloc,
         ).validate()
