@@ -1,0 +1,210 @@
+"""The team deployment under faults: many hosts, one leader, a broker that comes and goes.
+
+The property everywhere: every job runs exactly once to success (no attempt twice at
+once, nothing lost), and no chip of a host is used by two jobs at the same time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from tests.harness import TPUQ, FakeHost, fixture_cmd, wait_for
+from tests.services import free_port
+from tpuq.state import attempts, leader
+from tpuq.state.models import Leader
+
+pytestmark = pytest.mark.team
+
+
+def runs(outdir: Path) -> list[list[str]]:
+    path = outdir / "runs.txt"
+    return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def assert_exactly_once(outdir: Path, ids: list[int]) -> None:
+    assert not (outdir / "overlaps.txt").exists(), (outdir / "overlaps.txt").read_text()
+    counts = Counter(int(r[0]) for r in runs(outdir))
+    assert counts == Counter(ids), "every job must have run to the end exactly once"
+
+
+def hosts(tmp_path: Path, n: int) -> list[FakeHost]:
+    return [FakeHost(tmp_path / f"host-{i}", name=f"tpu-{i}") for i in range(n)]
+
+
+def test_three_hosts_thirty_jobs_each_run_exactly_once(team_stack, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    for h in hosts(tmp_path, 3):
+        team_stack.start_agent(h)
+    ids = [team_stack.submit(*fixture_cmd("record_host.py", out, 0.2)) for _ in range(30)]
+    team_stack.wait_all(ids, "succeeded", timeout=120)
+    assert_exactly_once(out, ids)
+    used = {r[2] for r in runs(out)}
+    assert used == {"tpu-0", "tpu-1", "tpu-2"}, "work spreads over every host"
+
+
+def test_duplicate_and_stale_doorbells_change_nothing(team_stack, host, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    team_stack.start_agent(host)
+    job_id = team_stack.submit(*fixture_cmd("record_host.py", out, 2))
+    team_stack.wait_log(job_id, "running")
+    ring = ("from tpuq.queue import doorbell; import sys; "
+            "assert doorbell.ring_host('tpu-a', int(sys.argv[1]), int(sys.argv[2]))")
+    env = team_stack.env()
+    for attempt in (1, 1, 0, 7):  # duplicates of the live attempt, a stale and a future one
+        subprocess.run([sys.executable, "-c", ring, str(job_id), str(attempt)], env=env,
+                       check=True, timeout=30)
+    team_stack.wait_state(job_id, "succeeded")
+    assert_exactly_once(out, [job_id])
+    assert len(team_stack.attempts(job_id)) == 1
+
+
+def test_lost_doorbell_is_recovered_by_the_host(team_stack, host):
+    # the test takes the leader lease itself and assigns without ringing anyone
+    with team_stack.db.write() as s:
+        assert leader.acquire(s, "scheduler", "the-test", 600)
+    team_stack.start_agent(host)
+    job_id = team_stack.submit("--", "/bin/true")
+    with team_stack.db.write() as s:
+        assert attempts.assign(s, job_id, 0, "tpu-a", [0, 1, 2, 3], lease_s=30) == 1
+    team_stack.wait_state(job_id, "succeeded", timeout=15)
+
+
+def test_dead_host_jobs_requeue_after_lease_expiry_and_run_elsewhere(team_stack, tmp_path):
+    a, b = hosts(tmp_path, 2)
+    agent_a = team_stack.start_agent(a)
+    job_id = team_stack.submit("--", "/bin/sleep", "600")
+    assert team_stack.wait_state(job_id, "running").host == "tpu-0"
+    agent_b = team_stack.start_agent(b)
+    pid = team_stack.attempts(job_id)[0].pid
+    agent_a.kill()  # the host dies: agent and job, and never comes back
+    os.killpg(pid, signal.SIGKILL)
+    job = wait_for(lambda: (j := team_stack.job(job_id)).host == "tpu-1" and j.state == "running"
+                   and j, 30, "the job to run on the surviving host")
+    first = team_stack.attempts(job_id)[0]
+    assert first.outcome == "lost" and "lease expired" in first.reason
+    assert job.failures == 0
+    assert agent_b.proc.poll() is None
+
+
+def test_leader_failover_keeps_dispatching(team_stack, tmp_path):
+    a, b = hosts(tmp_path, 2)
+    agents = {h.name: team_stack.start_agent(h) for h in (a, b)}
+    first = team_stack.submit("--", "/bin/true")
+    team_stack.wait_state(first, "succeeded")
+    with team_stack.db.read() as s:
+        lead = s.get(Leader, "scheduler").holder
+    agents[lead].kill()
+    ids = [team_stack.submit("--", "/bin/true") for _ in range(3)]
+    jobs = team_stack.wait_all(ids, "succeeded", timeout=30)
+    other = ({"tpu-0", "tpu-1"} - {lead}).pop()
+    assert {j.host for j in jobs} == {other}
+    with team_stack.db.read() as s:
+        assert s.get(Leader, "scheduler").holder == other
+
+
+def test_redis_down_for_a_while_loses_nothing_runs_nothing_twice(team_stack, host, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    team_stack.start_agent(host)
+    running = team_stack.submit(*fixture_cmd("record_host.py", out, 3))
+    team_stack.wait_log(running, "running")
+    team_stack.redis.stop()
+    queued = [team_stack.submit(*fixture_cmd("record_host.py", out, 0.1)) for _ in range(3)]
+    assert team_stack.wait_state(running, "succeeded", timeout=30).exit_code == 0
+    team_stack.redis.start()  # same port: the worker reconnects
+    team_stack.wait_all(queued, "succeeded", timeout=60)
+    late = team_stack.submit(*fixture_cmd("record_host.py", out, 0.1))
+    team_stack.wait_state(late, "succeeded", timeout=30)
+    assert_exactly_once(out, [running, *queued, late])
+
+
+def test_job_longer_than_visibility_timeout_runs_once(team_stack, host, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    team_stack.extra["TPUQ_BROKER_VISIBILITY_S"] = "1"
+    team_stack.start_agent(host)
+    job_id = team_stack.submit(*fixture_cmd("record_host.py", out, 5))
+    team_stack.wait_state(job_id, "succeeded", timeout=30)
+    assert_exactly_once(out, [job_id])
+    assert len(team_stack.attempts(job_id)) == 1
+
+
+def test_postgres_connections_dropped_agents_reconnect(team_stack, host):
+    team_stack.start_agent(host)
+    job_id = team_stack.submit("--", "/bin/sleep", "2")
+    team_stack.wait_state(job_id, "running")
+    dbname = team_stack.extra["TPUQ_DATABASE_URL"].rsplit("/", 1)[1]
+    with team_stack.db.engine.connect() as c:  # what a server restart does to clients
+        c.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                       "WHERE datname = :d AND pid <> pg_backend_pid()"), {"d": dbname})
+        c.commit()
+    assert team_stack.wait_state(job_id, "succeeded", timeout=30).exit_code == 0
+    after = team_stack.submit("--", "/bin/true")
+    team_stack.wait_state(after, "succeeded", timeout=30)
+
+
+def celery(stack, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "celery", "-A", "tpuq.queue.app", *args],
+                          env=stack.env(), capture_output=True, text=True, timeout=60)
+
+
+def test_celery_inspect_lists_running_jobs_and_chip_slots(team_stack, host):
+    team_stack.start_agent(host)
+    job_id = team_stack.submit("--", "/bin/sleep", "600")
+    team_stack.wait_state(job_id, "running")
+    active = celery(team_stack, "inspect", "active", "--json")
+    assert active.returncode == 0, active.stderr
+    [tasks] = json.loads(active.stdout.strip().splitlines()[-1]).values()
+    assert [(t["name"], t["args"]) for t in tasks] == [("tpuq.run", [job_id, 1])]
+    slots = celery(team_stack, "inspect", "tpuq_slots", "--json")
+    [reply] = json.loads(slots.stdout.strip().splitlines()[-1]).values()
+    assert reply["host"] == "tpu-a"
+    assert reply["chips"] == {str(c): f"job {job_id} attempt 1" for c in range(4)}
+    team_stack.tpuq("cancel", str(job_id))
+    team_stack.wait_state(job_id, "cancelled")
+
+
+def test_flower_runs_against_the_app(team_stack, host):
+    team_stack.start_agent(host)
+    port = free_port()
+    flower = subprocess.Popen([sys.executable, "-m", "celery", "-A", "tpuq.queue.app", "flower",
+                               f"--port={port}", "--address=127.0.0.1"],
+                              env=team_stack.env(FLOWER_UNAUTHENTICATED_API="true"),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def workers() -> dict | None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/workers?refresh=1",
+                                            timeout=5) as r:
+                    data = json.load(r)
+                    return data if "tpuq@tpu-a" in data else None
+            except OSError:
+                return None
+
+        assert "tpuq@tpu-a" in wait_for(workers, 60, "flower to see the agent's worker", 0.5)
+    finally:
+        flower.terminate()
+        flower.wait(10)
+
+
+def test_cancel_reaches_the_host_through_the_control_queue(team_stack, host, tmp_path):
+    # polls are an hour apart: only the control message can deliver the cancel
+    team_stack.start_agent(host, TPUQ_HEARTBEAT_S="3600", TPUQ_LEASE_S="3600", TPUQ_POLL_S="3600")
+    marker = tmp_path / "stopped"
+    job_id = team_stack.submit(*fixture_cmd("trap_term.py", marker))
+    team_stack.wait_log(job_id, "ready")
+    team_stack.tpuq("cancel", str(job_id))
+    team_stack.wait_state(job_id, "cancelled", timeout=10)
+    assert marker.exists()
