@@ -56,13 +56,13 @@ def test_maintenance_notice_checkpoints_requeues_and_resumes_bit_identical(
     job = stack.wait_state(job_id, "queued", timeout=30)
     [first] = stack.attempts(job_id)
     assert first.outcome == "preempted", first.reason
-    assert "maintenance-event" in first.reason
     assert job.failures == 0 and job.preemptions == 1
     saved = re.search(r"preempted at step (\d+), checkpoint saved", stack.log_text(job_id))
     assert saved, "the job saved a checkpoint on the notice"
     if script == "train.py":  # reports its checkpoints through tpuq.job
         assert first.checkpoint_step == int(saved.group(1))
-    assert "notice" in (stack.host(host.name).busy_reason or ""), "the host takes no work"
+    busy = stack.host(host.name).busy_reason or ""
+    assert f"notice: maintenance-event {TERMINATE}" in busy, "the host takes no work"
     assert stack.job(job_id).state == "queued" and len(stack.attempts(job_id)) == 1
 
     # the maintenance reboots the host; the agent comes back with it

@@ -208,3 +208,14 @@ def test_cancel_reaches_the_host_through_the_control_queue(team_stack, host, tmp
     team_stack.tpuq("cancel", str(job_id))
     team_stack.wait_state(job_id, "cancelled", timeout=10)
     assert marker.exists()
+
+
+def test_logs_follow_from_another_machine_reads_the_stream(team_stack, host, tmp_path):
+    team_stack.start_agent(host)
+    job_id = team_stack.submit("--", "/bin/sh", "-c", "echo first; sleep 1; echo second")
+    team_stack.wait_state(job_id, "running")
+    # run from a machine that is not the job's host: the output comes from Redis
+    r = team_stack.tpuq("logs", str(job_id), "-f", TPUQ_HOST="laptop")
+    assert r.stdout.splitlines() == ["first", "second"]
+    assert "(tpu-a)" in r.stderr
+    assert team_stack.job(job_id).state == "succeeded"

@@ -14,6 +14,8 @@ import os
 import threading
 from collections.abc import Callable
 
+from sqlalchemy import select
+
 from tpuq.agent import devices, environment, holders, libtpu
 from tpuq.agent.supervisor import Supervisor, Work
 from tpuq.settings import Settings
@@ -44,6 +46,7 @@ class Executor:
         self._lock = threading.Lock()
         self._running: dict[tuple[int, int], Supervisor] = {}
         self.accepting = True
+        self.end_hooks: list[Callable[[Supervisor], None]] = []  # e.g. final log shipping
 
     # ---- the HostContext the supervisors use ------------------------------------------
     def log_path(self, job_id: int, attempt: int) -> str:
@@ -66,6 +69,8 @@ class Executor:
         with self._lock:
             self._running.pop((sup.work.job_id, sup.work.attempt), None)
         self.on_change()
+        for hook in self.end_hooks:
+            hook(sup)
 
     def tpu_busy(self, message: str) -> None:
         log.warning("job output says the TPU is busy: %s", message.strip())
@@ -95,16 +100,19 @@ class Executor:
 
     def _load(self, job_id: int, attempt: int) -> Work | None:
         with self.db.read() as s:
-            job = s.get(Job, job_id)
-            if job is None or job.attempt != attempt or job.host != self.name \
-                    or job.state != JobState.ASSIGNED.value:
-                return None
-            att = s.query(Attempt).filter_by(job_id=job_id, number=attempt).one()
-            return Work(job_id=job.id, attempt=attempt, chips=tuple(att.chips),
-                        command=tuple(job.command), cwd=job.cwd, env=dict(job.env),
-                        stop_signal=job.stop_signal, grace_s=job.grace_s,
-                        time_limit_s=job.time_limit_s, tcmalloc=job.tcmalloc,
-                        resumed=attempt > 1)
+            row = s.execute(
+                select(Job.command, Job.cwd, Job.env, Job.stop_signal, Job.grace_s,
+                       Job.time_limit_s, Job.tcmalloc, Attempt.chips)
+                .join(Attempt, (Attempt.job_id == Job.id) & (Attempt.number == Job.attempt))
+                .where(Job.id == job_id, Job.attempt == attempt, Job.host == self.name,
+                       Job.state == JobState.ASSIGNED.value)
+            ).first()
+        if row is None:
+            return None
+        return Work(job_id=job_id, attempt=attempt, chips=tuple(row.chips),
+                    command=tuple(row.command), cwd=row.cwd, env=dict(row.env),
+                    stop_signal=row.stop_signal, grace_s=row.grace_s,
+                    time_limit_s=row.time_limit_s, tcmalloc=row.tcmalloc, resumed=attempt > 1)
 
     def poll_assigned(self) -> None:
         """Recover lost doorbells: anything assigned here that nobody supervises."""

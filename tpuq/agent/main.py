@@ -79,10 +79,12 @@ class Agent:
                                  tpu_type=self.tpu_type, on_change=self.wake_scheduler)
         self.scheduler = Scheduler(db, settings, self.holder, ring=self.ring)
         self.worker: Any = None  # the Celery worker, team deployment only
-        self.tickers: list[Ticker] = []
+        self.tickers: list[Ticker] = []  # started together once the agent is ready
         self.sched_ticker = Ticker("scheduler", settings.poll_s, self._schedule)
         self.sock: LocalSocketServer | None = None
         self.watcher = MaintenanceWatcher(settings.metadata_url or None, self.on_notice)
+        # the maintenance notice in force, if any: the host takes no work until it passes
+        self.notice: str | None = None
         self._pidlock: int | None = None
 
     # ---- wiring ------------------------------------------------------------------------
@@ -129,8 +131,9 @@ class Agent:
 
             # one slot per chip (each a possible 1-chip job) plus room for rings
             self.worker = HostWorker(self, concurrency=len(self.chips) + 4).start()
+            self._ship_logs()
         s = self.settings
-        self.tickers = [
+        self.tickers += [
             self.sched_ticker,
             Ticker("reaper", max(s.lease_s / 3, 0.2), self.scheduler.reap),
             Ticker("heartbeat", s.heartbeat_s, self._heartbeat),
@@ -181,10 +184,34 @@ class Agent:
         else:
             libtpu.clean_stale_lock(self.settings.libtpu_lockfile, holders_alive=False)
 
+    def _ship_logs(self) -> None:
+        """Team deployment: job output into Redis streams, for `tpuq logs` anywhere."""
+        from tpuq.queue.logstream import LogShipper
+
+        shipper = LogShipper(self.settings.broker_url)
+
+        def tick() -> None:
+            for sup in self.executor.supervisors():
+                w = sup.work
+                shipper.ship(w.job_id, w.attempt, self.executor.log_path(w.job_id, w.attempt))
+
+        def final(sup: Any) -> None:
+            w = sup.work
+            shipper.ship(w.job_id, w.attempt, self.executor.log_path(w.job_id, w.attempt),
+                         final=True)
+
+        self.executor.end_hooks.append(final)
+        self.tickers.append(Ticker("log-shipper", 0.5, tick))
+
     def _heartbeat(self) -> None:
         with self.db.write() as s:
             hosts.heartbeat(s, self.name)
-        self.executor.check_busy()
+        if self.notice is None:
+            # only a foreign holder's busy flag clears itself; a notice's waits for the
+            # metadata server (or for the reboot, which starts a fresh agent)
+            self.executor.check_busy()
+        else:
+            self._check_notice_over()
         if not self.stopping.is_set():
             self.executor.poll_assigned()
 
@@ -219,9 +246,25 @@ class Agent:
             log.info("%s: live migration keeps processes running; nothing to do", reason)
             return
         log.warning("notice: %s; preempting running jobs", reason)
+        self.notice = reason
         with self.db.write() as s:
             hosts.set_busy(s, self.name, f"notice: {reason}")
         self.preempt_all(f"host notice: {reason}")
+
+    def _check_notice_over(self) -> None:
+        """A maintenance event that is NONE again without a reboot (cancelled, or the VM
+        survived it) ends the notice: the host takes work again."""
+        notice = self.notice
+        if notice is None or not notice.startswith("maintenance-event ") \
+                or getattr(self.watcher, "_last_event", None) != "NONE" \
+                or self.stopping.is_set():
+            return
+        self.notice = None
+        self.executor.accepting = True
+        with self.db.write() as s:
+            hosts.set_busy(s, self.name, None)
+        log.info("maintenance event over (%s); taking work again", notice)
+        self.wake_scheduler()
 
     def preempt_all(self, why: str) -> None:
         self.executor.accepting = False

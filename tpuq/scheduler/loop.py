@@ -8,6 +8,7 @@ after the commit, so a host can never be told about an assignment that did not h
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 
 from sqlalchemy.orm import Session
@@ -49,12 +50,13 @@ class Scheduler:
         self.holder = holder
         self.ring = ring
         self.leading = False
+        self._renewed_at = float("-inf")  # monotonic time of the last lease renewal
 
     def run_pass(self) -> int:
         """One pass; returns how many jobs were assigned."""
         rung: list[tuple[str, int, int]] = []
         with self.db.write() as s:
-            self._lead(leader.acquire(s, ROLE, self.holder, self.settings.lease_s))
+            self._keep_lease(s)
             if not self.leading:
                 return 0
             snap, plan = plan_for(s, self.settings)
@@ -77,6 +79,16 @@ class Scheduler:
         if requeued:
             log.warning("requeued jobs with expired leases: %s", requeued)
         return requeued
+
+    def _keep_lease(self, s: Session) -> None:
+        """Renew the leader lease at most every third of its length, not on every pass:
+        a pass per finished job would otherwise write the lease row hundreds of times a
+        second. A lease renewed a third of its length ago is still ours for two thirds."""
+        now = time.monotonic()
+        if self.leading and now - self._renewed_at < self.settings.lease_s / 3:
+            return
+        self._lead(leader.acquire(s, ROLE, self.holder, self.settings.lease_s))
+        self._renewed_at = now
 
     def resign(self) -> None:
         if self.leading:

@@ -46,28 +46,41 @@ def transition(
         guard.append(Job.attempt == attempt)
     if host is not None:
         guard.append(Job.host == host)
-    current = s.execute(select(Job.state, Job.attempt).where(*guard)).first()
-    if current is None or JobState(current.state) not in sources:
-        return False
     changes: dict[str, Any] = {"state": to.value, "updated_at": db_now()}
     if reason is not None:
         changes["reason"] = reason
     changes.update(values or {})
-    result = s.execute(
-        update(Job)
-        .where(*guard, Job.state == current.state, Job.attempt == current.attempt)
-        .values(**changes)
-        .execution_options(synchronize_session=False)
-    )
-    if result.rowcount != 1:  # type: ignore[attr-defined]
-        return False
+    if len(sources) == 1:
+        # one possible source state: a single UPDATE ... RETURNING is the whole CAS
+        frm_state = sources[0].value
+        row = s.execute(
+            update(Job).where(*guard, Job.state == frm_state).values(**changes)
+            .returning(Job.attempt).execution_options(synchronize_session=False)
+        ).first()
+        if row is None:
+            return False
+        event_attempt = int(row.attempt)
+    else:
+        current = s.execute(select(Job.state, Job.attempt).where(*guard)).first()
+        if current is None or JobState(current.state) not in sources:
+            return False
+        result = s.execute(
+            update(Job)
+            .where(*guard, Job.state == current.state, Job.attempt == current.attempt)
+            .values(**changes)
+            .execution_options(synchronize_session=False)
+        )
+        if result.rowcount != 1:  # type: ignore[attr-defined]
+            return False
+        frm_state = current.state
+        event_attempt = int(changes.get("attempt", current.attempt))
     s.execute(
         insert(JobEvent).values(
             job_id=job_id,
             at=db_now(),
-            from_state=current.state,
+            from_state=frm_state,
             to_state=to.value,
-            attempt=int(changes.get("attempt", current.attempt)),
+            attempt=event_attempt,
             reason=reason,
             actor=actor,
         )
