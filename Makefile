@@ -1,7 +1,7 @@
 # The README's commands. `make test` is what CI runs (.ci/run).
 PY ?= .venv/bin/python
 
-.PHONY: install test bench lint
+.PHONY: install test bench lint demo
 
 install:
 	python3 -m venv .venv && $(PY) -m pip install -q -e '.[dev]'
@@ -15,3 +15,6 @@ bench:
 lint:
 	$(PY) -m ruff check tpuq tests bench examples
 	$(PY) -m mypy tpuq
+
+demo:
+	examples/demo.sh

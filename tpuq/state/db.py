@@ -16,7 +16,7 @@ from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlalchemy.orm import Session
 
-SCHEMA_HEAD = "0001"  # the newest migration; tests check it matches Alembic's single head
+SCHEMA_HEAD = "0002"  # the newest migration; tests check it matches Alembic's single head
 
 
 class SchemaError(RuntimeError):

@@ -14,6 +14,7 @@ from sqlalchemy import (
     Boolean,
     Double,
     ForeignKey,
+    Index,
     Integer,
     String,
     Text,
@@ -142,6 +143,34 @@ class Leader(Base):
     role: Mapped[str] = mapped_column(String(32), primary_key=True)
     holder: Mapped[str] = mapped_column(String(200))
     expires_at: Mapped[float] = mapped_column(Double)
+
+
+class Team(Base):
+    """A team's share and limits. A team without a row has share 1 and no limits."""
+
+    __tablename__ = "teams"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    share: Mapped[float] = mapped_column(Double, default=1.0)
+    max_chips: Mapped[int | None] = mapped_column(Integer)
+    max_chips_per_user: Mapped[int | None] = mapped_column(Integer)
+    # {"v4-8": 8} or by family {"v4": 8}; see tpuq/scheduler/quota.py
+    max_chips_by_type: Mapped[dict[str, int]] = mapped_column(JSON, default=dict)
+    budget_chip_hours: Mapped[float | None] = mapped_column(Double)
+    budget_period: Mapped[str] = mapped_column(String(8), default="week")  # day/week/month
+    grant_expires_at: Mapped[float | None] = mapped_column(Double)
+
+
+class TeamMember(Base):
+    __tablename__ = "team_members"
+
+    team: Mapped[str] = mapped_column(ForeignKey("teams.name", ondelete="CASCADE"),
+                                      primary_key=True)
+    user: Mapped[str] = mapped_column(String(64), primary_key=True, index=True)
+
+
+# Usage accounting reads attempts that ended recently (or still run): see teams.usage().
+Index("ix_attempts_ended_at", Attempt.ended_at)
 
 
 def as_dict(row: Any) -> dict[str, Any]:
