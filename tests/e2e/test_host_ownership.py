@@ -97,3 +97,13 @@ def test_reboot_requeues_active_jobs_at_once(stack, host):
     assert job.failures == 0 and job.preemptions == 1
     stack.tpuq("cancel", str(job_id))
     stack.wait_state(job_id, "cancelled")
+
+
+def test_tpu_busy_output_is_a_host_problem_not_a_failure(stack, host, tmp_path):
+    stack.start_agent(host)
+    job_id = stack.submit("--max-retries", "0", *fixture_cmd("busy_once.py", tmp_path / "m"))
+    job = stack.wait_state(job_id, "succeeded", "failed", timeout=30)
+    assert job.state == "succeeded" and job.failures == 0
+    first, second = stack.attempts(job_id)
+    assert first.outcome == "host_error" and "Device or resource busy" in first.reason
+    assert second.outcome == "succeeded"

@@ -14,7 +14,7 @@ log = logging.getLogger("tpuq.agent")
 
 
 class Ticker:
-    def __init__(self, name: str, interval_s: float, duty: Callable[[], None]) -> None:
+    def __init__(self, name: str, interval_s: float, duty: Callable[[], object]) -> None:
         self.name = name
         self.interval_s = interval_s
         self.duty = duty

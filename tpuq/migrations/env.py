@@ -12,7 +12,7 @@ target_metadata = Base.metadata
 def run() -> None:
     conn = config.attributes.get("connection")
     if conn is None:  # plain `alembic` command line
-        engine = create_engine(config.get_main_option("sqlalchemy.url"))
+        engine = create_engine(config.get_main_option("sqlalchemy.url") or "")
         with engine.begin() as conn:
             _migrate(conn)
         return

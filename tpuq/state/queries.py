@@ -59,7 +59,7 @@ def hosts_with_jobs(s: Session) -> list[tuple[Host, dict[int, list[int]]]]:
 
 
 def now(s: Session) -> float:
-    return float(s.scalar(select(db_now())))
+    return float(s.scalar(select(db_now())) or 0.0)
 
 
 def is_terminal(state: str) -> bool:
