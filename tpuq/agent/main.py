@@ -69,6 +69,10 @@ class Agent:
                              "(set TPUQ_DEVICE_GLOB)")
         self.tpu_type = devices.detect_tpu_type(len(chips), settings.pci_dir,
                                                 settings.tpu_type or None)
+        if self.tpu_type is None and settings.metadata_url:
+            from tpuq.agent.metadata import read_topology
+
+            self.tpu_type = read_topology(settings.metadata_url).get("accelerator_type")
         self.chips = chips
         # the host name, not host:pid: a restarted agent resumes its own lease at once, and
         # only one agent per host name can run (the pid lock below)
@@ -132,12 +136,12 @@ class Agent:
             # one slot per chip (each a possible 1-chip job) plus room for rings
             self.worker = HostWorker(self, concurrency=len(self.chips) + 4).start()
             self._ship_logs()
-        s = self.settings
+        cfg = self.settings
         self.tickers += [
             self.sched_ticker,
-            Ticker("reaper", max(s.lease_s / 3, 0.2), self.scheduler.reap),
-            Ticker("heartbeat", s.heartbeat_s, self._heartbeat),
-            Ticker("tpu-logs", 3600, lambda: libtpu.trim_tpu_logs(s.tpu_logs_dir) and None),
+            Ticker("reaper", max(cfg.lease_s / 3, 0.2), self.scheduler.reap),
+            Ticker("heartbeat", cfg.heartbeat_s, self._heartbeat),
+            Ticker("tpu-logs", 3600, lambda: libtpu.trim_tpu_logs(cfg.tpu_logs_dir)),
         ]
         for t in self.tickers:
             t.start()
@@ -234,8 +238,11 @@ class Agent:
             return {"ok": False, "error": str(e)}
         if uid not in (0, os.getuid()):
             spec.owner = user_name(uid)  # the kernel says who asked, not the request
-        with self.db.write() as s:
-            job_id = jobs.submit(s, spec, held=bool(req.get("held")))
+        try:
+            with self.db.write() as s:
+                job_id = jobs.submit(s, spec, held=bool(req.get("held")))
+        except SpecError as e:  # a shape no registered host can give
+            return {"ok": False, "error": str(e)}
         self.sched_ticker.wake()
         return {"ok": True, "id": job_id}
 
