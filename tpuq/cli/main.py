@@ -11,7 +11,7 @@ import sys
 import click
 
 from tpuq import __version__
-from tpuq.cli import agent_cmds, control, logs, show, status, submit
+from tpuq.cli import agent_cmds, control, logs, quota, show, status, submit
 from tpuq.cli.errors import UserError, translate
 
 
@@ -37,7 +37,7 @@ def cli() -> None:
 
 
 for command in (*submit.COMMANDS, *status.COMMANDS, *show.COMMANDS, *logs.COMMANDS,
-                *control.COMMANDS, *agent_cmds.COMMANDS):
+                *control.COMMANDS, *agent_cmds.COMMANDS, *quota.COMMANDS):
     cli.add_command(command)
 
 

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from tpuq.scheduler import policy
 from tpuq.settings import Settings
-from tpuq.state import attempts, leader, snapshot
+from tpuq.state import attempts, leader, snapshot, teams
 from tpuq.state.db import Database
 
 log = logging.getLogger("tpuq.scheduler")
@@ -27,18 +27,38 @@ def views(snap: snapshot.Snapshot) -> tuple[list[policy.JobView], list[policy.Ho
                                              dict[str, policy.TeamView]]:
     jobs = [policy.JobView(id=r.id, team=r.team, user=r.owner, priority=r.priority,
                            submitted_at=r.submitted_at, chips=r.chips, tpu_type=r.tpu_type,
-                           not_before=r.not_before) for r in snap.queued]
+                           not_before=r.not_before,
+                           est_hours=(r.time_limit_s or 0.0) / 3600.0) for r in snap.queued]
     hosts = [policy.HostView(name=name, tpu_type=tpu_type, chips=chips,
                              free=frozenset(chips) - snap.used.get(name, set()),
                              schedulable=ok) for name, tpu_type, chips, ok in snap.hosts]
-    teams = {t: policy.TeamView(name=t, running_chips=n, running_by_type=by_type,
-                                running_by_user=by_user)
-             for t, (n, by_type, by_user) in snap.team_running.items()}
-    return jobs, hosts, teams
+    names = set(snap.team_running) | set(snap.teams) | set(snap.usage)
+    return jobs, hosts, {t: team_view(snap, t) for t in names}
+
+
+def team_view(snap: snapshot.Snapshot, name: str) -> policy.TeamView:
+    """Running chips, limits and usage of one team, as the policy wants them."""
+    n, by_type, by_user = snap.team_running.get(name, (0, {}, {}))
+    use = snap.usage.get(name)
+    row = snap.teams.get(name)
+    if row is None:
+        return policy.TeamView(name=name, usage=use.decayed if use else 0.0, running_chips=n,
+                               running_by_type=by_type, running_by_user=by_user)
+    budget_left = resets = None
+    if row.budget_chip_hours is not None:
+        budget_left = row.budget_chip_hours - (use.period if use else 0.0)
+        resets = teams.period_end(snap.now, row.budget_period)
+    return policy.TeamView(
+        name=name, share=row.share, usage=use.decayed if use else 0.0, running_chips=n,
+        running_by_type=by_type, running_by_user=by_user, max_chips=row.max_chips,
+        max_chips_by_type=dict(row.max_chips_by_type or {}),
+        max_chips_per_user=row.max_chips_per_user, budget_left=budget_left,
+        budget_resets_at=resets, grant_expires_at=row.grant_expires_at,
+        budget_period=teams.PERIOD_WORDS.get(row.budget_period, row.budget_period))
 
 
 def plan_for(s: Session, settings: Settings) -> tuple[snapshot.Snapshot, policy.Plan]:
-    snap = snapshot.read(s, settings.host_stale_s)
+    snap = snapshot.read(s, settings.host_stale_s, settings.fair_share_half_life_h)
     jobs, hosts, teams = views(snap)
     return snap, policy.plan(jobs, hosts, teams, snap.now, snap.succeeded)
 

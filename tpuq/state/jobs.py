@@ -12,17 +12,23 @@ from dataclasses import dataclass
 from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
-from tpuq.spec import JobSpec
+from tpuq.scheduler.hostpool import allowed_chip_counts
+from tpuq.spec import JobSpec, SpecError
 from tpuq.state.clock import db_now
-from tpuq.state.models import Job, JobEvent
+from tpuq.state.models import Host, Job, JobEvent
 from tpuq.state.states import TERMINAL, JobState, StopRequest
 from tpuq.state.transitions import transition
 
-Q, H, A, R, P = JobState.QUEUED, JobState.HELD, JobState.ASSIGNED, JobState.RUNNING, JobState.PREEMPTING
+Q, H, A, R, P = (JobState.QUEUED, JobState.HELD, JobState.ASSIGNED, JobState.RUNNING,
+                 JobState.PREEMPTING)
 
 
 def submit(s: Session, spec: JobSpec, actor: str | None = None, held: bool = False) -> int:
-    """Insert a new job (queued, or held) and its first event; returns its id."""
+    """Insert a new job (queued, or held) and its first event; returns its id.
+
+    SpecError when registered hosts exist and none can give the chips asked for.
+    """
+    check_shape(s, spec.chips, spec.tpu_type)
     state = H if held else Q
     values = spec.to_dict()
     job_id = s.execute(
@@ -41,11 +47,28 @@ def submit(s: Session, spec: JobSpec, actor: str | None = None, held: bool = Fal
     s.execute(
         insert(JobEvent).values(
             job_id=job_id, at=db_now(), from_state=None, to_state=state.value, attempt=0,
-            reason="resubmitted from job %d" % spec.resubmit_of if spec.resubmit_of else "submitted",
+            reason=f"resubmitted from job {spec.resubmit_of}" if spec.resubmit_of else "submitted",
             actor=actor or spec.owner,
         )
     )
     return int(job_id)
+
+
+def check_shape(s: Session, chips: int | None, tpu_type: str | None) -> None:
+    """A chip count no registered host (of the type asked) can give is a mistake now, not a
+    job that waits forever. With no such host registered yet we cannot tell: accept."""
+    if chips is None:
+        return
+    q = select(Host.chips)
+    if tpu_type:
+        q = q.where(Host.tpu_type == tpu_type)
+    sizes = sorted({len(c) for c in s.scalars(q) if c})
+    if not sizes or any(chips in allowed_chip_counts(n) for n in sizes):
+        return
+    where = f" of type {tpu_type}" if tpu_type else ""
+    offers = "; ".join(f"{n}-chip hosts allow {', '.join(map(str, allowed_chip_counts(n)))}"
+                       for n in sizes)
+    raise SpecError(f"no host{where} offers {chips} chip{'s' if chips != 1 else ''}: {offers}")
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
-"""What the scheduler reads in one pass: queued jobs, hosts, chips in use.
+"""What the scheduler reads in one pass: queued jobs, hosts, chips in use, team limits
+and usage.
 
 Plain column selects (no ORM objects): a pass over 100,000 queued jobs must not build
-100,000 mapped instances.
+100,000 mapped instances. Team usage is one query over recent attempts (teams.usage),
+never a query per job or per team.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ from dataclasses import dataclass, field
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from tpuq.state import teams as teams_mod
 from tpuq.state.clock import db_now
-from tpuq.state.models import Allocation, Host, Job
+from tpuq.state.models import Allocation, Host, Job, Team
 from tpuq.state.states import JobState
 
 
@@ -24,18 +27,22 @@ class Snapshot:
     hosts: list = field(default_factory=list)  # (name, tpu_type, chips, schedulable)
     used: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
     # team -> (chips running, {tpu_type: chips}, {user: chips})
-    team_running: dict[str, tuple[int, dict[str, int], dict[str, int]]] = field(default_factory=dict)
+    team_running: dict[str, tuple[int, dict[str, int], dict[str, int]]] = \
+        field(default_factory=dict)
     succeeded: frozenset[int] = frozenset()
+    teams: dict[str, Team] = field(default_factory=dict)  # rows of teams with settings
+    usage: dict[str, teams_mod.Usage] = field(default_factory=dict)
 
 
 QUEUED_COLUMNS = (Job.id, Job.team, Job.owner, Job.priority, Job.submitted_at, Job.chips,
-                  Job.tpu_type, Job.not_before, Job.attempt)
+                  Job.tpu_type, Job.not_before, Job.attempt, Job.time_limit_s)
 
 
-def read(s: Session, host_stale_s: float) -> Snapshot:
-    now = float(s.scalar(select(db_now())))
+def read(s: Session, host_stale_s: float, half_life_h: float = 168.0) -> Snapshot:
+    now = float(s.execute(select(db_now())).scalar_one())
     snap = Snapshot(now=now)
-    snap.queued = s.execute(select(*QUEUED_COLUMNS).where(Job.state == JobState.QUEUED.value)).all()
+    snap.queued = list(
+        s.execute(select(*QUEUED_COLUMNS).where(Job.state == JobState.QUEUED.value)).all())
     for h in s.execute(select(Host.name, Host.tpu_type, Host.chips, Host.heartbeat_at,
                               Host.draining, Host.busy_reason, Host.stopped_at)).all():
         fresh = h.heartbeat_at is not None and now - h.heartbeat_at < host_stale_s
@@ -43,11 +50,14 @@ def read(s: Session, host_stale_s: float) -> Snapshot:
         snap.hosts.append((h.name, h.tpu_type, tuple(h.chips), ok))
     for host, chip in s.execute(select(Allocation.host, Allocation.chip)).all():
         snap.used[host].add(chip)
-    snap.team_running = _team_running(s)
+    snap.team_running = team_running(s)
+    snap.teams = {t.name: t for t in s.scalars(select(Team))}
+    periods = {name: t.budget_period for name, t in snap.teams.items()}
+    snap.usage = teams_mod.usage(s, now, half_life_h, periods)
     return snap
 
 
-def _team_running(s: Session) -> dict[str, tuple[int, dict[str, int], dict[str, int]]]:
+def team_running(s: Session) -> dict[str, tuple[int, dict[str, int], dict[str, int]]]:
     rows = s.execute(
         select(Job.team, Job.owner, Host.tpu_type, func.count())
         .select_from(Allocation)
