@@ -4,9 +4,11 @@
         stack.submit_argv(["/bin/true"])      # argv of the real `tpuq submit -q -- ...`
         stack.submit_socket(["/bin/true"])    # the agent socket directly (no CLI start-up)
         stack.wait_ended([job_id])
+        stack.kill_agent(); stack.restart_agent()   # a crash, then a fresh agent
 
-The agent is started as a child process and stopped by its pid only (SIGTERM, then
-SIGKILL if it does not stop); the temp home is removed afterwards unless `keep=True`.
+`bench/team.py`'s TeamStack is the same with PostgreSQL and Redis. The agent is started
+as a child process and stopped by its pid only (SIGTERM, then SIGKILL if it does not
+stop, or SIGKILL at once with `kill_agent`); the temp home is removed afterwards unless `keep=True`.
 """
 
 from __future__ import annotations
@@ -64,13 +66,16 @@ def clean_environ(home: str) -> dict[str, str]:
 
 class EmbeddedStack:
     def __init__(self, agent_argv: Sequence[str] | None = None, keep: bool = False,
-                 start_timeout: float = 30.0) -> None:
+                 start_timeout: float = 30.0, extra_env: dict[str, str] | None = None) -> None:
         self.agent_argv = list(agent_argv or [TPUQ, "agent"])
         self.keep = keep
+        self.extra_env = dict(extra_env or {})
         self.start_timeout = start_timeout
         self.home = ""
         self.env: dict[str, str] = {}
         self.agent: subprocess.Popen[bytes] | None = None
+        self.agent_started_at = 0.0  # time.time() just before the agent was launched
+        self._log_from = 0
         self._db: Any = None
 
     # ---- lifecycle ------------------------------------------------------------------------
@@ -81,11 +86,16 @@ class EmbeddedStack:
             for i in range(CHIPS):
                 Path(self.home, "dev", f"accel{i}").touch()
             self.env = clean_environ(self.home)
+            self.env.update(self.extra_env)
+            self._prepare()
             self._start_agent()
         except BaseException:
             self.close()
             raise
         return self
+
+    def _prepare(self) -> None:
+        """Services the agent needs before it starts (none for the embedded deployment)."""
 
     def __exit__(self, *exc: object) -> None:
         self.close()
@@ -99,24 +109,43 @@ class EmbeddedStack:
         return os.path.join(self.home, "agent.log")
 
     def _start_agent(self) -> None:
-        from tpuq import localclient
-
+        """Launch `tpuq agent` and wait until it serves (see `_ready`)."""
+        self.agent_started_at = time.time()
+        self._log_from = os.path.getsize(self.agent_log) if os.path.exists(self.agent_log) else 0
         with open(self.agent_log, "ab") as log:
             self.agent = subprocess.Popen(self.agent_argv, env=self.env, cwd=self.home,
                                           stdin=subprocess.DEVNULL, stdout=log,
                                           stderr=subprocess.STDOUT)
 
-        def answers() -> bool:
+        def ready() -> bool:
             if self.agent is not None and self.agent.poll() is not None:
                 raise BenchError(f"the agent exited with {self.agent.returncode} at start:\n"
                                  + self.log_tail())
-            try:
-                return bool(localclient.call(self.socket_path, {"op": "ping"},
-                                             timeout=2.0).get("ok"))
-            except (OSError, ValueError):
-                return False
+            return self._ready()
 
-        wait_for(answers, self.start_timeout, 0.02, "the agent to answer on its socket")
+        wait_for(ready, self.start_timeout, 0.02, "the agent to start")
+
+    def _ready(self) -> bool:
+        """The embedded agent is up once it answers a ping on its socket."""
+        from tpuq import localclient
+
+        try:
+            return bool(localclient.call(self.socket_path, {"op": "ping"},
+                                         timeout=2.0).get("ok"))
+        except (OSError, ValueError):
+            return False
+
+    def kill_agent(self) -> None:
+        """SIGKILL the agent we started (by pid), as a crash or a power cut would."""
+        proc, self.agent = self.agent, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    def restart_agent(self) -> None:
+        if self.agent is not None:
+            raise BenchError("the agent is still running")
+        self._start_agent()
 
     def stop_agent(self, timeout: float = 30.0) -> int | None:
         """SIGTERM the agent we started (by pid), SIGKILL it if it does not stop in time."""
@@ -182,14 +211,24 @@ class EmbeddedStack:
             raise BenchError(f"the agent refused a job: {reply.get('error')}")
         return int(reply["id"])
 
+    def queue_jobs(self, command: Sequence[str], n: int) -> tuple[list[int], float]:
+        """Queue `n` jobs running `command`; (their ids, ms per job spent submitting)."""
+        t0 = time.perf_counter()
+        ids = [self.submit_socket(command) for _ in range(n)]
+        return ids, (time.perf_counter() - t0) * 1000.0 / n
+
     # ---- reading the database --------------------------------------------------------------
     @property
     def db(self) -> Any:
         if self._db is None:
             from tpuq.state.db import Database
 
-            self._db = Database(f"sqlite:///{os.path.join(self.home, 'tpuq.db')}")
+            self._db = Database(self.db_url)
         return self._db
+
+    @property
+    def db_url(self) -> str:
+        return f"sqlite:///{os.path.join(self.home, 'tpuq.db')}"
 
     def jobs(self, ids: Sequence[int]) -> dict[int, tuple[str, float | None]]:
         """{job id: (state, ended_at)} for these jobs."""

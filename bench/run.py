@@ -1,7 +1,7 @@
 """tpuq benchmark: every figure beside a baseline measured in the same run, and its target.
 
-    .venv/bin/python bench/run.py            # stable numbers, < 3 min
-    .venv/bin/python bench/run.py --quick    # CI smoke, < 60 s
+    .venv/bin/python bench/run.py            # stable numbers, < 4 min
+    .venv/bin/python bench/run.py --quick    # CI smoke, < 90 s
     .venv/bin/python bench/run.py --json     # the figures as JSON
 
 Speed is reported, never asserted: the exit status is non-zero only when the benchmark
@@ -25,7 +25,7 @@ from pathlib import Path
 # run as a script: import `bench.*` from the repository root, not bench/ itself
 sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from bench import baselines, policy, submit, turnover
+from bench import baselines, policy, preempt, submit, team, turnover
 from bench.embedded import BenchError, EmbeddedStack
 
 
@@ -37,12 +37,19 @@ class Sizes:
     latency_runs: int
     turnover_jobs: int
     turnover_rounds: int
+    celery_runs: int
+    team_latency_runs: int
+    team_turnover_jobs: int
+    team_turnover_rounds: int
+    preempt_rounds: int
 
 
 FULL = Sizes(fork_exec_runs=200, python_runs=100, submit_runs=200, latency_runs=200,
-             turnover_jobs=200, turnover_rounds=3)
+             turnover_jobs=200, turnover_rounds=3, celery_runs=200, team_latency_runs=30,
+             team_turnover_jobs=200, team_turnover_rounds=3, preempt_rounds=3)
 QUICK = Sizes(fork_exec_runs=30, python_runs=10, submit_runs=10, latency_runs=10,
-              turnover_jobs=50, turnover_rounds=1)
+              turnover_jobs=50, turnover_rounds=1, celery_runs=50, team_latency_runs=10,
+              team_turnover_jobs=50, team_turnover_rounds=1, preempt_rounds=1)
 
 
 @dataclass(frozen=True)
@@ -51,7 +58,8 @@ class Row:
     key: str
     baseline_key: str
     baseline_label: str
-    target_ms: float | None
+    target_ms: float | None  # in the row's unit
+    unit: str = "ms"
 
 
 ROWS = (
@@ -67,6 +75,20 @@ ROWS = (
         "sequential subprocess.run(/bin/true)", 10.0),
     Row("scheduling pass", "policy_plan_median_ms", "policy_sorted_baseline_median_ms",
         "sorted() of the same 100k keys", 100.0),
+    # team deployment (PostgreSQL + Celery on Redis); the embedded rows above, same run
+    Row("team submit->start p50", "team_submit_to_start_p50_ms", "team_start_floor_p50_ms",
+        "python -c pass + raw Celery send->start, p50", None),
+    Row("team submit->start p95", "team_submit_to_start_p95_ms", "team_start_floor_p95_ms",
+        "python -c pass + raw Celery send->start, p95", None),
+    Row("team turnover per job", "team_turnover_ms_per_job", "celery_turnover_ms_per_job",
+        "raw Celery: tasks running /bin/true", 18.0),
+    # preemption (embedded, fake metadata server, bench/coop_job.py)
+    Row("notice->signalled", "preempt_notice_to_signal_ms", "", "", None),
+    Row("notice->requeued", "preempt_notice_to_requeued_ms", "preempt_notice_to_signal_ms",
+        "notice->signalled", (preempt.GRACE_S + 1.0) * 1000.0),
+    Row("restart->running", "preempt_restart_to_running_ms", "preempt_agent_start_ms",
+        "agent launch->answers on its socket", 2000.0),
+    Row("lost steps", "preempt_lost_steps_max", "", "", 0.0, unit="steps"),
 )
 
 
@@ -107,6 +129,32 @@ def measure(sizes: Sizes, keep: bool, log: Callable[[str], None]) -> tuple[dict[
 
     section("tpuq submit (CLI) and submit->start", cli)
     section(f"turnover of {sizes.turnover_jobs} jobs", queue)
+
+    def team_latency() -> dict[str, float]:
+        with team.TeamStack(keep=keep) as stack:
+            with team.CeleryWorker(stack) as worker:
+                out = team.celery_round_trip(worker, sizes.celery_runs)
+                out.update(team.celery_turnover(worker, sizes.team_turnover_jobs))
+            s2s = submit.submit_to_start(stack, sizes.team_latency_runs)
+        out.update({f"team_{k}": v for k, v in s2s.items()})
+        return out
+
+    def team_queue() -> dict[str, float]:
+        rounds = []
+        for _ in range(sizes.team_turnover_rounds):
+            with team.TeamStack(keep=keep) as stack:
+                rounds.append(turnover.turnover(stack, sizes.team_turnover_jobs))
+        out = turnover.median_of(rounds)
+        out["state_api_submit_ms_per_job"] = out.pop("socket_submit_ms_per_job")
+        return {f"team_{k}": v for k, v in out.items()}
+
+    def preemption() -> dict[str, float]:
+        return preempt.median_of([preempt.one_round(keep)
+                                  for _ in range(sizes.preempt_rounds)])
+
+    section("team deployment: raw Celery and submit->start", team_latency)
+    section(f"team deployment: turnover of {sizes.team_turnover_jobs} jobs", team_queue)
+    section("preemption (embedded, fake metadata server)", preemption)
     if policy.available():
         section("scheduling pass (bench_policy.run)", policy.run)
     else:
@@ -116,6 +164,9 @@ def measure(sizes: Sizes, keep: bool, log: Callable[[str], None]) -> tuple[dict[
         py, fork = f"python_pass_paired_{q}_ms", f"fork_exec_true_{q}_ms"
         if py in figures and fork in figures:
             figures[f"start_floor_{q}_ms"] = figures[py] + figures[fork]
+        celery = f"celery_send_to_start_{q}_ms"
+        if py in figures and celery in figures:
+            figures[f"team_start_floor_{q}_ms"] = figures[py] + figures[celery]
     return figures, errors
 
 
@@ -126,12 +177,14 @@ def rows(figures: dict[str, float]) -> list[dict[str, object]]:
         if r.key not in figures:
             continue
         value = figures[r.key]
-        base = figures.get(r.baseline_key)
+        base = figures.get(r.baseline_key) if r.baseline_key else None
+        ms = r.unit == "ms"
         out.append({
-            "figure": r.label, "key": r.key, "tpuq_ms": value,
-            "baseline": r.baseline_label, "baseline_ms": base,
+            "figure": r.label, "key": r.key, "unit": r.unit, "value": value,
+            "tpuq_ms": value if ms else None,
+            "baseline": r.baseline_label or None, "baseline_ms": base,
             "ratio": value / base if base else None,
-            "target_ms": r.target_ms,
+            "target": r.target_ms, "target_ms": r.target_ms if ms else None,
             "met": None if r.target_ms is None else value <= r.target_ms,
         })
     return out
@@ -152,43 +205,64 @@ def _ms(v: float | None) -> str:
     return f"{v:.1f} ms" if v < 1000 else f"{v / 1000:.2f} s"
 
 
+def _value(v: float | None, unit: str) -> str:
+    if unit == "ms" or v is None:
+        return _ms(v)
+    return f"{v:g} {unit}"
+
+
 def print_table(figures: dict[str, float], table: list[dict[str, object]], sizes: Sizes,
                 meta: dict[str, object], errors: list[str]) -> None:
     print(f"tpuq benchmark, {meta['date']}, {meta['cores']} cores, Python {meta['python']}, "
           f"{meta['platform']}")
     print(f"N: fork/exec {sizes.fork_exec_runs}, python {sizes.python_runs}, "
           f"submit {sizes.submit_runs}, submit->start {sizes.latency_runs}, "
-          f"turnover {sizes.turnover_jobs} jobs x {sizes.turnover_rounds} rounds (median)")
+          f"turnover {sizes.turnover_jobs} jobs x {sizes.turnover_rounds} rounds (median); "
+          f"team: raw Celery {sizes.celery_runs}, submit->start {sizes.team_latency_runs}, "
+          f"turnover {sizes.team_turnover_jobs} jobs x {sizes.team_turnover_rounds} rounds; "
+          f"preemption {sizes.preempt_rounds} round(s) (median; lost steps: worst)")
     print()
     print("baselines (this run)                      p50        p95")
     for label, key in (("fork/exec /bin/true", "fork_exec_true"),
                        ("python -c pass (venv)", "python_pass"),
-                       ("python -c pass, paired with submits", "python_pass_paired")):
+                       ("python -c pass, paired with submits", "python_pass_paired"),
+                       ("raw Celery send->task start (Redis)", "celery_send_to_start")):
         if f"{key}_p50_ms" in figures:
             print(f"  {label:38s}{_ms(figures[f'{key}_p50_ms']):>10s} "
                   f"{_ms(figures[f'{key}_p95_ms']):>10s}")
     if "bare_turnover_ms_per_job" in figures:
         print(f"  {'sequential subprocess.run(/bin/true)':38s}"
               f"{_ms(figures['bare_turnover_ms_per_job']):>10s} per job")
+    if "celery_turnover_ms_per_job" in figures:
+        print(f"  {'raw Celery tasks running /bin/true':38s}"
+              f"{_ms(figures['celery_turnover_ms_per_job']):>10s} per job")
     print()
-    head = f"{'figure':20s}{'tpuq':>11s}{'baseline':>11s}{'ratio':>8s}  {'target':>11s}  " \
+    head = f"{'figure':22s}{'tpuq':>9s}{'baseline':>11s}{'ratio':>8s}  {'target':>11s}  " \
            f"{'':6s}baseline is"
     print(head)
     print("-" * (len(head) + 30))
     for row in table:
-        target = row["target_ms"]
+        target = row["target"]
         ratio = row["ratio"]
         verdict = {True: "ok", False: "MISSED", None: ""}[row["met"]]  # type: ignore[index]
-        print(f"{row['figure']:20s}{_ms(row['tpuq_ms']):>11s}"  # type: ignore[arg-type]
+        unit = str(row["unit"])
+        print(f"{row['figure']:22s}{_value(row['value'], unit):>9s}"  # type: ignore[arg-type]
               f"{_ms(row['baseline_ms']):>11s}"  # type: ignore[arg-type]
               f"{(f'{ratio:.1f}x' if ratio else '-'):>8s}  "
-              f"{('<= ' + _ms(target)) if target else '-':>11s}  "  # type: ignore[arg-type]
-              f"{verdict:7s}{row['baseline']}")
+              f"{('<= ' + _value(target, unit)) if target is not None else '-':>11s}  "  # type: ignore[arg-type]
+              f"{verdict:7s}{row['baseline'] or ''}")
     extra = [("tpuq submit through the socket (no CLI)", "socket_submit_ms_per_job"),
              ("turnover: median gap between job ends", "turnover_gap_p50_ms"),
              ("turnover: longest gap", "turnover_gap_max_ms"),
              ("turnover: agent CPU per job", "turnover_agent_cpu_ms_per_job"),
-             ("scheduling pass, best of 5", "policy_plan_best_ms")]
+             ("scheduling pass, best of 5", "policy_plan_best_ms"),
+             ("team: submit via the state API, per job",
+              "team_state_api_submit_ms_per_job"),
+             ("team turnover: median gap between job ends", "team_turnover_gap_p50_ms"),
+             ("team turnover: longest gap", "team_turnover_gap_max_ms"),
+             ("team turnover: agent CPU per job", "team_turnover_agent_cpu_ms_per_job"),
+             ("team turnover: worst round", "team_turnover_ms_per_job_max"),
+             ("preemption: grace period of the job", "preempt_grace_ms")]
     shown = [(label, figures[key]) for label, key in extra if key in figures]
     if shown:
         print()
@@ -204,7 +278,7 @@ def print_table(figures: dict[str, float], table: list[dict[str, object]], sizes
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    p.add_argument("--quick", action="store_true", help="small N for a CI smoke run (< 60 s)")
+    p.add_argument("--quick", action="store_true", help="small N for a CI smoke run (< 90 s)")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.add_argument("--keep", action="store_true",
                    help="keep the temporary TPUQ_HOME directories (agent logs, database)")

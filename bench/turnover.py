@@ -1,7 +1,9 @@
 """Job turnover: how fast the agent gets through a queue of trivial jobs.
 
 A blocker job (`cat` on a FIFO: it waits without polling) holds the whole host while
-N `/bin/true` jobs are queued behind it through the agent's socket. Then the FIFO is
+N `/bin/true` jobs are queued behind it with `stack.queue_jobs` (embedded: the agent's
+socket; team deployment: the state API in one transaction, then one ring through
+Redis). Then the FIFO is
 opened for writing and closed, `cat` sees end-of-file and exits, and the figure is
 (last job's ended_at - blocker's ended_at) / N, read from the database. Jobs take the
 whole host by default, so they run one at a time.
@@ -38,12 +40,10 @@ def turnover(stack: EmbeddedStack, jobs: int,
     """Figures of one round; `around_release` wraps the timed part (e.g. a profiler)."""
     fifo = os.path.join(stack.home, "release.fifo")
     os.mkfifo(fifo)
-    blocker = stack.submit_socket(["/bin/cat", fifo])
+    [blocker], _ = stack.queue_jobs(["/bin/cat", fifo], 1)
     stack.wait_state(blocker, "running", timeout=30)
 
-    t0 = time.perf_counter()
-    ids = [stack.submit_socket(["/bin/true"]) for _ in range(jobs)]
-    submit_ms = (time.perf_counter() - t0) * 1000.0
+    ids, submit_ms_per_job = stack.queue_jobs(["/bin/true"], jobs)
     time.sleep(0.2)  # let the wake-ups from those submits settle before the clock starts
     if stack.state(blocker) != "running":
         raise BenchError(f"blocker job {blocker} is {stack.state(blocker)}, not running")
@@ -73,7 +73,7 @@ def turnover(stack: EmbeddedStack, jobs: int,
         "turnover_gap_p50_ms": statistics.median(gaps),
         "turnover_gap_max_ms": max(gaps),
         "turnover_agent_cpu_ms_per_job": cpu_ms / jobs,
-        "socket_submit_ms_per_job": submit_ms / jobs,
+        "socket_submit_ms_per_job": submit_ms_per_job,
     }
 
 

@@ -41,6 +41,7 @@ ENV: dict[str, str] = {
     "port_base": "TPUQ_PORT_BASE",
     "fair_share_half_life_h": "TPUQ_FAIR_SHARE_HALF_LIFE_H",
     "broker_visibility_s": "TPUQ_BROKER_VISIBILITY_S",
+    "maintenance_lead_s": "TPUQ_MAINTENANCE_LEAD_S",
 }
 CONFIG_ENV = "TPUQ_CONFIG"
 
@@ -77,6 +78,7 @@ class Settings:
     port_base: int = 8500  # above libtpu's own ports; 2 per chip (environment.py)
     fair_share_half_life_h: float = 168.0
     broker_visibility_s: float = 3600.0  # Redis re-delivery timeout; irrelevant with early acks
+    maintenance_lead_s: float = 300.0  # preempt this long before an announced window
 
     # ---- derived -------------------------------------------------------------------
     @property

@@ -4,7 +4,6 @@ reference hashes of uninterrupted training runs, and free ports."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.metadata_server import FakeMetadata
+from tests.services import free_port
 from tests.harness import ROOT
 
 
@@ -22,12 +22,6 @@ def metadata() -> Iterator[FakeMetadata]:
     `metadata.set("instance/maintenance-event", ...)` flips what the agent sees."""
     with FakeMetadata() as md:
         yield md
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 TRAIN_ARGS = ("--steps", "60", "--ckpt-every", "5")

@@ -20,17 +20,14 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from tests.e2e.conftest import fault_runs
-from tests.harness import FIXTURES, FakeHost, Stack, wait_for
+from tests.harness import FIXTURES, FakeHost, Stack
 from tpuq import localclient
 from tpuq.agent.holders import is_same_process
 from tpuq.spec import JobSpec
 from tpuq.state import jobs
 from tpuq.state.models import Allocation, Attempt, Job
 from tpuq.state.states import StopRequest
-
 
 HOST_CHIPS = 4
 TERMINAL = {"succeeded", "failed", "cancelled", "timeout"}
@@ -40,8 +37,10 @@ class Chaos:
     def __init__(self, tmp: Path) -> None:
         self.stack = Stack(home=tmp / "home", extra={"TPUQ_RETRY_BACKOFF_S": "0.05"})
         self.host = FakeHost(tmp / "host", name="tpu-a", chips=HOST_CHIPS)
-        self.agent = self.stack.start_agent(self.host)
         self.tmp = tmp
+
+    def start(self) -> None:
+        self.agent = self.stack.start_agent(self.host)
 
     # ---- actions ------------------------------------------------------------------------
     def submit(self, out: Path, seconds: float, chips: int | None) -> int:
@@ -156,6 +155,7 @@ def test_randomized_faults_never_run_a_job_twice_lose_it_or_double_book_a_chip(t
     base = int(os.environ.get("TPUQ_FAULT_SEED") or random.randrange(1 << 30))
     chaos = Chaos(tmp_path)
     try:
+        chaos.start()
         for i in range(runs):
             seed = base + i
             try:

@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from typing import Any
 
 from tpuq import localclient
@@ -252,6 +253,32 @@ class Agent:
         if is_migration(reason):
             log.info("%s: live migration keeps processes running; nothing to do", reason)
             return
+        delay = self._until_window(reason)
+        if delay > 0:
+            # a window hours away: let jobs run, and ask them to checkpoint shortly before
+            log.warning("%s: preempting jobs in %.0fs", reason, delay)
+            timer = threading.Timer(delay, self._notice_now, args=(reason,))
+            timer.daemon = True
+            timer.start()
+            return
+        self._notice_now(reason)
+
+    def _until_window(self, reason: str) -> float:
+        """Seconds until `maintenance_lead_s` before an announced window; 0 = act now."""
+        prefix = "upcoming maintenance "
+        if not reason.startswith(prefix) or " at " not in reason:
+            return 0.0
+        from datetime import datetime
+
+        try:
+            start = datetime.fromisoformat(reason.rsplit(" at ", 1)[1].replace("Z", "+00:00"))
+        except ValueError:
+            return 0.0
+        return max(0.0, start.timestamp() - time.time() - self.settings.maintenance_lead_s)
+
+    def _notice_now(self, reason: str) -> None:
+        if self.stopping.is_set():
+            return
         log.warning("notice: %s; preempting running jobs", reason)
         self.notice = reason
         with self.db.write() as s:
@@ -281,7 +308,7 @@ class Agent:
                     attempts.finish(s, job.id, att.number, self.name,
                                     Ending(Outcome.PREEMPTED, f"{why} before start"))
                 else:
-                    jobs.request_stop(s, job.id, "agent", StopRequest.PREEMPT)
+                    jobs.request_stop(s, job.id, "agent", StopRequest.PREEMPT, why=why)
         for sup in self.executor.supervisors():
             sup.notify()
 

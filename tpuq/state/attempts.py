@@ -112,7 +112,8 @@ def finish(s: Session, job_id: int, attempt: int, host: str | None, end: Ending,
         return None
     if host is not None and job.host != host:
         return None
-    end = effective_ending(job.stop_request, end)
+    end = effective_ending(job.stop_request, end,
+                           job.reason if job.state == JobState.PREEMPTING.value else None)
     to, values, reason = _next_state(job, end, retry_backoff_s)
     ok = transition(s, job_id, [JobState(job.state)], to, attempt=attempt, host=host, reason=reason,
                     actor=actor, values=values)
@@ -131,10 +132,12 @@ STOP_OUTCOME = {"cancel": Outcome.CANCELLED, "preempt": Outcome.PREEMPTED,
 STOP_WORDS = {"cancel": "cancelled", "preempt": "preempted", "timeout": "time limit reached"}
 
 
-def effective_ending(stop_request: str | None, end: Ending) -> Ending:
+def effective_ending(stop_request: str | None, end: Ending, why: str | None = None) -> Ending:
+    """`why`: the reason recorded with the stop request (e.g. the host's notice)."""
     if stop_request not in STOP_OUTCOME:
         return end
-    return Ending(STOP_OUTCOME[stop_request], f"{STOP_WORDS[stop_request]}; {end.reason}",
+    return Ending(STOP_OUTCOME[stop_request],
+                  f"{STOP_WORDS[stop_request]} ({why or 'requested'}); {end.reason}",
                   end.exit_code, end.exit_signal)
 
 

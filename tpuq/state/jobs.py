@@ -94,7 +94,8 @@ def preempt(s: Session, job_id: int, actor: str) -> Result:
     return request_stop(s, job_id, actor, StopRequest.PREEMPT)
 
 
-def request_stop(s: Session, job_id: int, actor: str, kind: StopRequest) -> Result:
+def request_stop(s: Session, job_id: int, actor: str, kind: StopRequest,
+                 why: str | None = None) -> Result:
     job = _current(s, job_id)
     if job is None:
         return Result(job_id, False, f"job {job_id} does not exist")
@@ -121,7 +122,7 @@ def request_stop(s: Session, job_id: int, actor: str, kind: StopRequest) -> Resu
     if state is P and job.stop_request == StopRequest.CANCEL.value:
         return Result(job_id, True, "already stopping")
     ok = transition(s, job_id, [state], P, attempt=job.attempt,
-                    reason=f"{kind.value} requested by {actor}", actor=actor,
+                    reason=why or f"{kind.value} requested by {actor}", actor=actor,
                     values={"stop_request": kind.value})
     return Result(job_id, ok, f"stopping (signal {job.stop_signal}, grace {job.grace_s:g}s)")
 
