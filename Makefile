@@ -7,7 +7,7 @@ install:
 	python3 -m venv .venv && $(PY) -m pip install -q -e '.[dev]'
 
 test:
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15
 
 bench:
 	$(PY) bench/run.py

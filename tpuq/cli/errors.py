@@ -27,12 +27,13 @@ def translate(e: BaseException) -> UserError | None:
 
     if isinstance(e, (SpecError, SettingsError)):
         return UserError(str(e))
+    # matched by name so that this module never imports SQLAlchemy or the agent
     name = type(e).__name__
     if name in ("SchemaError", "AgentError"):
         return Unavailable(str(e))
-    if name == "OperationalError" or name == "InterfaceError":
-        first = str(getattr(e, "orig", e)).strip().splitlines()[0]
+    if name in ("OperationalError", "InterfaceError"):
+        first = (str(getattr(e, "orig", e)).strip().splitlines() or ["?"])[0]
         return Unavailable(f"cannot use the database: {first}")
-    if name in ("OperationalError", "ConnectionError") or isinstance(e, ConnectionError):
+    if isinstance(e, ConnectionError):
         return Unavailable(f"cannot reach a service: {e}")
     return None

@@ -20,6 +20,9 @@ from tpuq.state.db import Database
 
 log = logging.getLogger("tpuq.scheduler")
 ROLE = "scheduler"
+# Chip-hour usage (fair share, budgets) is recomputed at most this often: it scans recent
+# attempts, and a pass runs after every finished job. Chips in use are always fresh.
+USAGE_TTL_S = 10.0
 Ring = Callable[[str, int, int], None]  # (host, job_id, attempt)
 
 
@@ -57,8 +60,9 @@ def team_view(snap: snapshot.Snapshot, name: str) -> policy.TeamView:
         budget_period=teams.PERIOD_WORDS.get(row.budget_period, row.budget_period))
 
 
-def plan_for(s: Session, settings: Settings) -> tuple[snapshot.Snapshot, policy.Plan]:
-    snap = snapshot.read(s, settings.host_stale_s, settings.fair_share_half_life_h)
+def plan_for(s: Session, settings: Settings,
+             usage: dict | None = None) -> tuple[snapshot.Snapshot, policy.Plan]:  # type: ignore[type-arg]
+    snap = snapshot.read(s, settings.host_stale_s, settings.fair_share_half_life_h, usage)
     jobs, hosts, teams = views(snap)
     return snap, policy.plan(jobs, hosts, teams, snap.now, snap.succeeded)
 
@@ -71,6 +75,8 @@ class Scheduler:
         self.ring = ring
         self.leading = False
         self._renewed_at = float("-inf")  # monotonic time of the last lease renewal
+        self._usage: dict | None = None  # type: ignore[type-arg]
+        self._usage_at = float("-inf")
 
     def run_pass(self) -> int:
         """One pass; returns how many jobs were assigned."""
@@ -79,7 +85,10 @@ class Scheduler:
             self._keep_lease(s)
             if not self.leading:
                 return 0
-            snap, plan = plan_for(s, self.settings)
+            fresh = time.monotonic() - self._usage_at < USAGE_TTL_S
+            snap, plan = plan_for(s, self.settings, self._usage if fresh else None)
+            if not fresh:
+                self._usage, self._usage_at = snap.usage, time.monotonic()
             attempt_of = {r.id: r.attempt for r in snap.queued}
             for a in plan.assignments:
                 n = attempts.assign(s, a.job_id, attempt_of[a.job_id], a.host, a.chips,

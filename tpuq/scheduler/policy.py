@@ -246,7 +246,8 @@ class _Planner:
                 return f"waiting for job{'s' if len(unmet) > 1 else ''} {', '.join(unmet)}"
         host = self.reserved_for.get(job.id)
         if host is not None:
-            return f"waiting for host {host} to drain (reserved, waited {self._mins(job.submitted_at)})"
+            waited = self._mins(job.submitted_at)
+            return f"waiting for host {host} to drain (reserved, waited {waited})"
         key = (job.team, job.user, job.tpu_type, need, job.est_hours)
         reason = self.memo.get(key)
         if reason is None:

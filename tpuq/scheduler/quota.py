@@ -19,7 +19,10 @@ if TYPE_CHECKING:
 
 
 def family(tpu_type: str) -> str:
-    """Family of a type: "v4-8" -> "v4", "v5litepod-8" -> "v5litepod"; types without a dash are their own family."""
+    """Family of a type: "v4-8" -> "v4", "v5litepod-8" -> "v5litepod".
+
+    Types without a dash are their own family.
+    """
     head, sep, _ = tpu_type.rpartition("-")
     return head if sep else tpu_type
 

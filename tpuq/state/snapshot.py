@@ -38,7 +38,11 @@ QUEUED_COLUMNS = (Job.id, Job.team, Job.owner, Job.priority, Job.submitted_at, J
                   Job.tpu_type, Job.not_before, Job.attempt, Job.time_limit_s)
 
 
-def read(s: Session, host_stale_s: float, half_life_h: float = 168.0) -> Snapshot:
+def read(s: Session, host_stale_s: float, half_life_h: float = 168.0,
+         usage: dict[str, teams_mod.Usage] | None = None) -> Snapshot:
+    """One consistent view for a pass. `usage`: chip-hours computed by a recent pass,
+    reused because they move slowly and cost a scan of recent attempts; chips in use
+    (the hard quota) are always read fresh."""
     now = float(s.execute(select(db_now())).scalar_one())
     snap = Snapshot(now=now)
     snap.queued = list(
@@ -53,7 +57,7 @@ def read(s: Session, host_stale_s: float, half_life_h: float = 168.0) -> Snapsho
     snap.team_running = team_running(s)
     snap.teams = {t.name: t for t in s.scalars(select(Team))}
     periods = {name: t.budget_period for name, t in snap.teams.items()}
-    snap.usage = teams_mod.usage(s, now, half_life_h, periods)
+    snap.usage = usage if usage is not None else teams_mod.usage(s, now, half_life_h, periods)
     return snap
 
 
