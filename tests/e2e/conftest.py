@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.metadata_server import FakeMetadata
-from tests.services import free_port
 from tests.harness import ROOT
+from tests.services import free_port
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ import signal
 import subprocess
 import sys
 
-from tests.harness import FIXTURES, fixture_cmd, wait_for
 from tests.e2e.test_embedded_queue import intervals
+from tests.harness import FIXTURES, fixture_cmd, wait_for
 
 
 def test_foreign_holder_blocks_host_is_reported_and_job_runs_after_it_exits(stack, host):

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from tests.harness import TPUQ, FakeHost, fixture_cmd, wait_for
+from tests.harness import FakeHost, fixture_cmd, wait_for
 from tests.services import free_port
 from tpuq.state import attempts, leader
 from tpuq.state.models import Leader

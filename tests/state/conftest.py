@@ -9,7 +9,6 @@ import pytest
 from tpuq.state.db import Database
 
 
-
 @pytest.fixture(params=["sqlite", "postgresql"])
 def db(request, tmp_path) -> Iterator[Database]:
     url = (f"sqlite:///{tmp_path}/t.db" if request.param == "sqlite"

@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import pytest
-
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 

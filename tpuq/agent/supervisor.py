@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tpuq.agent import environment, exits, holders
+from tpuq.agent import exits, holders
 from tpuq.agent.chiplocks import ChipBusy, ChipLocks
 from tpuq.state import attempts, jobs
 from tpuq.state.attempts import Ending

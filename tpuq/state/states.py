@@ -15,7 +15,8 @@ class JobState(str, Enum):
     HELD = "held"
     ASSIGNED = "assigned"  # a host owns it; the agent has not started the process yet
     RUNNING = "running"
-    PREEMPTING = "preempting"  # stop requested (preempt, cancel, drain, time limit): signal sent, grace running
+    # a stop was requested (preempt, cancel, drain, time limit): signal sent, grace running
+    PREEMPTING = "preempting"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
