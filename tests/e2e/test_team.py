@@ -46,7 +46,10 @@ def test_three_hosts_thirty_jobs_each_run_exactly_once(team_stack, tmp_path):
     out.mkdir()
     for h in hosts(tmp_path, 3):
         team_stack.start_agent(h)
-    ids = [team_stack.submit(*fixture_cmd("record_host.py", out, 0.2)) for _ in range(30)]
+    # queued held, then released together: all three hosts have work waiting at once
+    ids = [team_stack.submit("--hold", *fixture_cmd("record_host.py", out, 0.2))
+           for _ in range(30)]
+    team_stack.tpuq("release", *map(str, ids))
     team_stack.wait_all(ids, "succeeded", timeout=120)
     assert_exactly_once(out, ids)
     used = {r[2] for r in runs(out)}
