@@ -47,6 +47,7 @@ class Executor:
         self._running: dict[tuple[int, int], Supervisor] = {}
         self.accepting = True
         self.end_hooks: list[Callable[[Supervisor], None]] = []  # e.g. final log shipping
+        self._paths: dict[tuple[int, ...], set[str]] = {}
 
     # ---- the HostContext the supervisors use ------------------------------------------
     def log_path(self, job_id: int, attempt: int) -> str:
@@ -124,7 +125,12 @@ class Executor:
 
     # ---- the TPU must be ours before a job starts ---------------------------------------
     def _device_paths(self, chips: tuple[int, ...]) -> set[str]:
-        return devices.host_device_paths(self.chips[c] for c in chips if c in self.chips)
+        """Resolved device paths of these chips (resolved once: device nodes do not move)."""
+        paths = self._paths.get(chips)
+        if paths is None:
+            paths = devices.host_device_paths(self.chips[c] for c in chips if c in self.chips)
+            self._paths[chips] = paths
+        return paths
 
     def _supervised_pids(self) -> set[int]:
         with self._lock:

@@ -57,8 +57,10 @@ def make_app(broker_url: str, visibility_timeout_s: float = 3600.0) -> Celery:
         broker_transport_options={"visibility_timeout": visibility_timeout_s,
                                   "socket_connect_timeout": 2, "socket_timeout": 5},
         worker_hijack_root_logger=False,
-        worker_send_task_events=True,  # for Flower
-        task_send_sent_event=True,
+        # task events cost three extra publishes per job; Flower switches them on by
+        # itself (its enable_events control command) while it watches
+        worker_send_task_events=False,
+        task_send_sent_event=False,
         worker_enable_remote_control=True,
     )
     from tpuq.queue import tasks

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session
@@ -104,10 +105,15 @@ class Ending:
     exit_signal: int | None = None
 
 
+# what finish() needs of the job: a plain row, not an ORM object (it runs once per job)
+_FINISH_COLUMNS = (Job.state, Job.attempt, Job.host, Job.stop_request, Job.reason, Job.failures,
+                   Job.max_retries, Job.preemptions, Job.requeue_on_preempt)
+
+
 def finish(s: Session, job_id: int, attempt: int, host: str | None, end: Ending,
            retry_backoff_s: float = 10.0, actor: str = AGENT) -> JobState | None:
     """End an attempt and move the job where the outcome says; None if fenced out."""
-    job = s.get(Job, job_id, populate_existing=True)
+    job = s.execute(select(*_FINISH_COLUMNS).where(Job.id == job_id)).first()
     if job is None or job.attempt != attempt or JobState(job.state) not in ACTIVE:
         return None
     if host is not None and job.host != host:
@@ -141,7 +147,7 @@ def effective_ending(stop_request: str | None, end: Ending, why: str | None = No
                   end.exit_code, end.exit_signal)
 
 
-def _next_state(job: Job, end: Ending, backoff_s: float) -> tuple[JobState, dict, str]:
+def _next_state(job: Any, end: Ending, backoff_s: float) -> tuple[JobState, dict, str]:
     values: dict[str, object] = {"exit_code": end.exit_code, "exit_signal": end.exit_signal,
                                  "lease_expires_at": None, "stop_request": None}
     o = end.outcome

@@ -54,8 +54,9 @@ def read(s: Session, host_stale_s: float, half_life_h: float = 168.0,
         snap.hosts.append((h.name, h.tpu_type, tuple(h.chips), ok))
     for host, chip in s.execute(select(Allocation.host, Allocation.chip)).all():
         snap.used[host].add(chip)
-    snap.team_running = team_running(s)
     snap.teams = {t.name: t for t in s.scalars(select(Team))}
+    # chips in use per team only matter to limits, and limits live in team rows
+    snap.team_running = team_running(s) if snap.teams else {}
     periods = {name: t.budget_period for name, t in snap.teams.items()}
     snap.usage = usage if usage is not None else teams_mod.usage(s, now, half_life_h, periods)
     return snap
