@@ -199,6 +199,7 @@ class Executor:
             return list(self._running.values())
 
     def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait for running attempts to end; True when none is left."""
         for sup in self.supervisors():
             sup.join(timeout)
-        return not self.supervisors()
+        return not any(sup.is_alive() for sup in self.supervisors())

@@ -11,6 +11,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import select
 import signal
 import threading
 import time
@@ -56,6 +57,35 @@ def reset_signals() -> None:
                 signal.SIGPIPE, signal.SIGTERM):
         if signal.getsignal(sig) == signal.SIG_IGN:
             signal.signal(sig, signal.SIG_DFL)
+
+
+class StopSignals:
+    """SIGINT/SIGTERM, delivered to the main loop instead of acted on in the handler.
+
+    The handler only records the signal (Python also writes it to the wakeup pipe): a
+    handler that took a lock, even Event.set(), could deadlock against the very main
+    thread it interrupted.
+    """
+
+    def __init__(self) -> None:
+        self.pending: list[int] = []
+        self._r, self._w = os.pipe()
+        os.set_blocking(self._w, False)
+
+    def install(self) -> StopSignals:
+        signal.set_wakeup_fd(self._w, warn_on_full_buffer=False)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda signum, _frame: self.pending.append(signum))
+        return self
+
+    def wait(self, agent: Agent, timeout: float) -> None:
+        """Sleep until a signal arrives or `timeout` passes; hand signals to the agent."""
+        ready, _, _ = select.select([self._r], [], [], timeout)
+        if ready:
+            os.read(self._r, 512)
+        while self.pending:
+            self.pending.pop()
+            agent.request_stop()
 
 
 class Agent:
@@ -321,13 +351,16 @@ class Agent:
             return
         self.stopping.set()
 
-    def run_until_stopped(self) -> None:
-        self.stopping.wait()
+    def run_until_stopped(self, signals: StopSignals) -> None:
+        """The main thread: act on stop signals until every attempt has ended."""
+        while not self.stopping.is_set():
+            signals.wait(self, timeout=1.0)
         log.info("stopping: jobs get their preemption signal and grace period")
         with self.db.write() as s:
             hosts.stopped(s, self.name)
         self.preempt_all("agent stopping")
-        self.executor.wait_idle()
+        while not self.executor.wait_idle(timeout=0):
+            signals.wait(self, timeout=0.1)  # a second signal kills the jobs at once
         self.shutdown()
 
     def shutdown(self) -> None:

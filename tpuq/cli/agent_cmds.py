@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import signal
 import sys
 
 import click
@@ -23,9 +22,10 @@ def agent(host: str | None, verbose: bool) -> None:
     (embedded deployment) schedules too. Ctrl-C or SIGTERM: running jobs get their stop
     signal and grace period and are requeued; a second Ctrl-C kills them at once.
     """
-    from tpuq.agent.main import Agent, AgentError, reset_signals, socket_has_agent
+    from tpuq.agent.main import Agent, AgentError, StopSignals, reset_signals, socket_has_agent
 
     reset_signals()
+    signals = StopSignals().install()  # before anything starts: an early SIGTERM counts
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
@@ -40,9 +40,7 @@ def agent(host: str | None, verbose: bool) -> None:
         a.start()
     except AgentError as e:
         raise Unavailable(str(e)) from None
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: a.request_stop())
-    a.run_until_stopped()
+    a.run_until_stopped(signals)
 
 
 @click.group()
