@@ -62,22 +62,21 @@ class RedisServer:
             self.proc.stdout.close()
 
 
-def create_pg_database() -> str:
-    name = f"tpuq_test_{uuid.uuid4().hex[:10]}"
+def _admin(sql: str) -> None:
+    """CREATE/DROP DATABASE cannot run in a transaction: autocommit on the admin db."""
     admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
     try:
         with admin.connect() as c:
-            c.execute(text(f'CREATE DATABASE "{name}"'))
+            c.execute(text(sql))
     finally:
         admin.dispose()
+
+
+def create_pg_database() -> str:
+    name = f"tpuq_test_{uuid.uuid4().hex[:10]}"
+    _admin(f'CREATE DATABASE "{name}"')
     return PG_ADMIN.rsplit("/", 1)[0] + "/" + name
 
 
 def drop_pg_database(url: str) -> None:
-    name = url.rsplit("/", 1)[1]
-    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as c:
-            c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    finally:
-        admin.dispose()
+    _admin(f'DROP DATABASE IF EXISTS "{url.rsplit("/", 1)[1]}" WITH (FORCE)')

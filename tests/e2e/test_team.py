@@ -37,13 +37,19 @@ def assert_exactly_once(outdir: Path, ids: list[int]) -> None:
     assert counts == Counter(ids), "every job must have run to the end exactly once"
 
 
+@pytest.fixture
+def out(tmp_path: Path) -> Path:
+    """Where record_host.py jobs write their runs and any overlap."""
+    d = tmp_path / "out"
+    d.mkdir()
+    return d
+
+
 def hosts(tmp_path: Path, n: int) -> list[FakeHost]:
     return [FakeHost(tmp_path / f"host-{i}", name=f"tpu-{i}") for i in range(n)]
 
 
-def test_three_hosts_thirty_jobs_each_run_exactly_once(team_stack, tmp_path):
-    out = tmp_path / "out"
-    out.mkdir()
+def test_three_hosts_thirty_jobs_each_run_exactly_once(team_stack, tmp_path, out):
     for h in hosts(tmp_path, 3):
         team_stack.start_agent(h)
     # queued held, then released together: all three hosts have work waiting at once
@@ -56,9 +62,7 @@ def test_three_hosts_thirty_jobs_each_run_exactly_once(team_stack, tmp_path):
     assert used == {"tpu-0", "tpu-1", "tpu-2"}, "work spreads over every host"
 
 
-def test_duplicate_and_stale_doorbells_change_nothing(team_stack, host, tmp_path):
-    out = tmp_path / "out"
-    out.mkdir()
+def test_duplicate_and_stale_doorbells_change_nothing(team_stack, host, tmp_path, out):
     team_stack.start_agent(host)
     job_id = team_stack.submit(*fixture_cmd("record_host.py", out, 2))
     team_stack.wait_log(job_id, "running")
@@ -117,9 +121,7 @@ def test_leader_failover_keeps_dispatching(team_stack, tmp_path):
         assert s.get(Leader, "scheduler").holder == other
 
 
-def test_redis_down_for_a_while_loses_nothing_runs_nothing_twice(team_stack, host, tmp_path):
-    out = tmp_path / "out"
-    out.mkdir()
+def test_redis_down_for_a_while_loses_nothing_runs_nothing_twice(team_stack, host, tmp_path, out):
     team_stack.start_agent(host)
     running = team_stack.submit(*fixture_cmd("record_host.py", out, 3))
     team_stack.wait_log(running, "running")
@@ -133,9 +135,7 @@ def test_redis_down_for_a_while_loses_nothing_runs_nothing_twice(team_stack, hos
     assert_exactly_once(out, [running, *queued, late])
 
 
-def test_job_longer_than_visibility_timeout_runs_once(team_stack, host, tmp_path):
-    out = tmp_path / "out"
-    out.mkdir()
+def test_job_longer_than_visibility_timeout_runs_once(team_stack, host, tmp_path, out):
     team_stack.extra["TPUQ_BROKER_VISIBILITY_S"] = "1"
     team_stack.start_agent(host)
     job_id = team_stack.submit(*fixture_cmd("record_host.py", out, 5))

@@ -320,7 +320,7 @@ class Agent:
         survived it) ends the notice: the host takes work again."""
         notice = self.notice
         if notice is None or not notice.startswith("maintenance-event ") \
-                or getattr(self.watcher, "_last_event", None) != "NONE" \
+                or self.watcher.last_event != "NONE" \
                 or self.stopping.is_set():
             return
         self.notice = None

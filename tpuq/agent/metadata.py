@@ -127,6 +127,11 @@ class MaintenanceWatcher:
     def enabled(self) -> bool:
         return self._client is not None
 
+    @property
+    def last_event(self) -> str:
+        """The last `instance/maintenance-event` value seen ("NONE" before any)."""
+        return self._last_event
+
     def start(self) -> None:
         if self._client is None or self._threads:
             return

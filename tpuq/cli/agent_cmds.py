@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-import logging
 import sys
 
 import click
@@ -22,6 +20,9 @@ def agent(host: str | None, verbose: bool) -> None:
     (embedded deployment) schedules too. Ctrl-C or SIGTERM: running jobs get their stop
     signal and grace period and are requeued; a second Ctrl-C kills them at once.
     """
+    import dataclasses
+    import logging
+
     from tpuq.agent.main import Agent, AgentError, StopSignals, reset_signals, socket_has_agent
 
     reset_signals()
@@ -74,6 +75,8 @@ def current() -> None:
 @context.json_option
 def config(as_json: bool) -> None:
     """Show the settings in effect and the environment variable for each."""
+    import dataclasses
+
     from tpuq.settings import CONFIG_ENV, ENV
 
     cfg = context.settings()

@@ -9,7 +9,6 @@ into `tpuq:log:<job>:<attempt>` (MAXLEN ~ LINES entries, expiring after a week).
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -85,6 +84,3 @@ def follow(url: str, job_id: int, attempt: int, wait: bool,
                 return
             yield fields[b"d"]
 
-
-def available(path: str | None) -> bool:
-    return bool(path) and os.path.exists(path)  # type: ignore[arg-type]

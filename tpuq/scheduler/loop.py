@@ -64,7 +64,7 @@ def plan_for(s: Session, settings: Settings,
              usage: dict | None = None) -> tuple[snapshot.Snapshot, policy.Plan]:  # type: ignore[type-arg]
     snap = snapshot.read(s, settings.host_stale_s, settings.fair_share_half_life_h, usage)
     jobs, hosts, teams = views(snap)
-    return snap, policy.plan(jobs, hosts, teams, snap.now, snap.succeeded)
+    return snap, policy.plan(jobs, hosts, teams, snap.now)
 
 
 class Scheduler:

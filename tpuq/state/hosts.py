@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import select, update
+from sqlalchemy import update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -46,6 +46,3 @@ def stopped(s: Session, name: str) -> None:
 def get(s: Session, name: str) -> Host | None:
     return s.get(Host, name, populate_existing=True)
 
-
-def all_hosts(s: Session) -> list[Host]:
-    return list(s.scalars(select(Host).order_by(Host.name)))

@@ -13,7 +13,8 @@ from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
 from tpuq.scheduler.hostpool import allowed_chip_counts
-from tpuq.spec import JobSpec, SpecError
+from tpuq.spec import SPEC_FIELDS, JobSpec, SpecError
+from tpuq.state.attempts import release_chips
 from tpuq.state.clock import db_now
 from tpuq.state.models import Host, Job, JobEvent
 from tpuq.state.states import TERMINAL, JobState, StopRequest
@@ -110,8 +111,6 @@ def request_stop(s: Session, job_id: int, actor: str, kind: StopRequest,
         return Result(job_id, ok, "cancelled" if ok else "changed meanwhile, try again")
     if state is A and kind is StopRequest.CANCEL:
         # not started yet: the agent's assigned->running compare-and-set will now fail
-        from tpuq.state.attempts import release_chips
-
         ok = transition(s, job_id, [A], JobState.CANCELLED, attempt=job.attempt,
                         reason=f"cancelled by {actor}", actor=actor, values={"ended_at": db_now()})
         if ok:
@@ -160,8 +159,6 @@ def resubmit(s: Session, job_ids: Iterable[int], actor: str) -> list[Result]:
 
 
 def spec_of(job: Job) -> JobSpec:
-    from tpuq.spec import SPEC_FIELDS
-
     return JobSpec(**{f: getattr(job, f) for f in SPEC_FIELDS})
 
 

@@ -6,8 +6,6 @@ never depend on a worker's clock and SQLite and PostgreSQL behave alike.
 
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy import (
     JSON,
     BigInteger,
@@ -172,6 +170,3 @@ class TeamMember(Base):
 # Usage accounting reads attempts that ended recently (or still run): see teams.usage().
 Index("ix_attempts_ended_at", Attempt.ended_at)
 
-
-def as_dict(row: Any) -> dict[str, Any]:
-    return {c.key: getattr(row, c.key) for c in row.__table__.columns}

@@ -36,11 +36,6 @@ def attempts_of(s: Session, job_id: int) -> list[Attempt]:
     return list(s.scalars(select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.number)))
 
 
-def latest_attempt(s: Session, job_id: int) -> Attempt | None:
-    return s.scalars(select(Attempt).where(Attempt.job_id == job_id)
-                     .order_by(Attempt.number.desc()).limit(1)).first()
-
-
 def events_of(s: Session, job_id: int) -> list[JobEvent]:
     return list(s.scalars(select(JobEvent).where(JobEvent.job_id == job_id).order_by(JobEvent.id)))
 

@@ -29,7 +29,6 @@ class Snapshot:
     # team -> (chips running, {tpu_type: chips}, {user: chips})
     team_running: dict[str, tuple[int, dict[str, int], dict[str, int]]] = \
         field(default_factory=dict)
-    succeeded: frozenset[int] = frozenset()
     teams: dict[str, Team] = field(default_factory=dict)  # rows of teams with settings
     usage: dict[str, teams_mod.Usage] = field(default_factory=dict)
 
