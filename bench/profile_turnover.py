@@ -1,7 +1,7 @@
 """Where the agent's time goes during job turnover: py-spy attached to the agent.
 
     .venv/bin/pip install py-spy        # or: pip install --target /tmp/pyspy py-spy
-    .venv/bin/python bench/profile_turnover.py [--jobs 200] [--py-spy PATH] [--top 25]
+    .venv/bin/python bench/profile_turnover.py [--team] [--jobs 200] [--py-spy PATH] [--top 25]
 
 Runs one turnover round (see bench/turnover.py) with py-spy sampling the agent's
 threads, then prints the functions with the largest share of samples, by self time
@@ -72,7 +72,9 @@ def _frame(raw: str) -> str:
 # leaf frames that mean "waiting, not working" (py-spy's idle detection misses some)
 WAITS = ("threading.py:Condition.wait", "socket.py:socket.accept",
          "selectors.py:EpollSelector.select", "threading.py:Event.wait",
-         "threading.py:Thread.join", "time:sleep")
+         "threading.py:Thread.join", "time:sleep", "concurrent/futures/thread.py:_worker",
+         "tpuq/agent/main.py:StopSignals.wait", "kombu/utils/eventio.py:_epoll.poll",
+         "threading.py:Thread._wait_for_tstate_lock")
 
 
 def _thread_group(raw: str) -> str:
@@ -113,12 +115,18 @@ def main() -> int:
     p.add_argument("--py-spy", dest="py_spy")
     p.add_argument("--rate", type=int, default=500, help="samples per second")
     p.add_argument("--top", type=int, default=25)
+    p.add_argument("--team", action="store_true",
+                   help="profile the team deployment's agent (PostgreSQL + Redis) instead")
     p.add_argument("--idle", action="store_true", help="also sample idle (waiting) threads")
     args = p.parse_args()
     py_spy = find_py_spy(args.py_spy)
     out_dir = tempfile.mkdtemp(prefix="tpuq-prof-")
     raw = os.path.join(out_dir, "agent.txt")
-    with EmbeddedStack() as stack:
+    stack_class = EmbeddedStack
+    if args.team:
+        from bench.team import TeamStack
+        stack_class = TeamStack
+    with stack_class() as stack:
         assert stack.agent is not None
         cmd = [py_spy, "record", "--pid", str(stack.agent.pid), "--format", "raw",
                "--rate", str(args.rate), "--output", raw, "--threads"]

@@ -35,6 +35,27 @@ def test_foreign_holder_blocks_host_is_reported_and_job_runs_after_it_exits(stac
     assert stack.job(job_id).failures == 0, "a busy host is not the job's failure"
 
 
+def test_foreign_holder_that_comes_between_two_jobs_is_caught(stack, host):
+    """The scan before a start is skipped only while inotify shows every open of the
+    devices closed again: a process that opens one after the last scan is still found."""
+    stack.start_agent(host)
+    first = stack.submit("--", "/bin/true")
+    stack.wait_state(first, "succeeded")  # the chips were scanned and found free
+    holder = subprocess.Popen([sys.executable, str(FIXTURES / "hold_device.py"),
+                               str(host.dev / "accel1")], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        second = stack.submit("--", "/bin/true")
+        busy = wait_for(lambda: stack.host("tpu-a").busy_reason, 15, "host marked busy")
+        assert f"pid {holder.pid}" in busy
+        assert stack.job(second).state == "queued"
+    finally:
+        holder.stdin.close()
+        holder.wait(10)
+    stack.wait_state(second, "succeeded", timeout=20)
+
+
 def test_stale_libtpu_lock_without_holder_is_removed_before_next_job(stack, host):
     host.lockfile.write_text("")  # left behind by a crashed libtpu
     stack.start_agent(host)

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import itertools
+import time
 
 import pytest
 from sqlalchemy import select
 
+from tpuq.scheduler.loop import Scheduler
+from tpuq.settings import Settings
 from tpuq.spec import JobSpec
 from tpuq.state import attempts, jobs
 from tpuq.state.attempts import Ending
-from tpuq.state.models import Allocation, Job, JobEvent
+from tpuq.state.models import Allocation, Attempt, Job, JobEvent
 from tpuq.state.states import ALLOWED, TERMINAL, JobState, Outcome, allowed
 from tpuq.state.transitions import InvalidTransition, transition
 
@@ -132,3 +135,72 @@ def test_stop_request_decides_the_outcome_whatever_the_exit(db):
     with db.write() as s:
         end = Ending(Outcome.SUCCEEDED, "exited 0", exit_code=0)
         assert attempts.finish(s, job_id, n, "h", end) == JobState.CANCELLED
+
+
+def test_reaper_takes_only_leases_still_expired_a_grace_later(db):
+    """After a database outage every lease looks expired: a host that renews within the
+    grace keeps its job; a host that stays silent loses it."""
+    live, dead = new_job(db), new_job(db)
+    with db.write() as s:
+        for job_id, host in ((live, "h1"), (dead, "h2")):
+            n = attempts.assign(s, job_id, 0, host, [], lease_s=-1)  # expired at once
+            assert attempts.start(s, job_id, n, host, boot_id="b", log_path="/l", lease_s=-1)
+    sched = Scheduler(db, Settings(lease_s=0.3), "leader", ring=lambda *_: None)
+    sched.leading = True
+    assert sched.reap() == [], "a first sight of an expired lease is only a suspect"
+    with db.write() as s:
+        assert attempts.renew(s, live, 1, "h1", 30).held  # h1 is back and renews
+    with db.write() as s:
+        assert attempts.expired_leases(s) == {(dead, 1)}
+    requeued = wait_for_reap(sched)
+    assert requeued == [dead]
+    with db.read() as s:
+        assert s.get(Job, live).state == "running"
+        assert s.get(Job, dead).state == "queued"
+
+
+def wait_for_reap(sched) -> list[int]:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if done := sched.reap():
+            return done
+        time.sleep(0.05)  # polling the reaper, as its ticker does; the grace is 0.1 s
+    raise AssertionError("the reaper never took the silent host's job")
+
+
+def test_start_outside_a_transaction_is_atomic_and_a_refusal_changes_nothing(db):
+    """Database.single runs start() without BEGIN/COMMIT on PostgreSQL: the attempt row
+    must change only together with the job row, and not at all when the CAS is refused."""
+    other, job_id = new_job(db), new_job(db)
+    with db.write() as s:  # another job's attempt rows first: start must return its own chips
+        attempts.assign(s, other, 0, "h", [0, 1], lease_s=30)
+        n = attempts.assign(s, job_id, 0, "h", [2, 3], lease_s=30)
+    with db.single() as s:  # a stale doorbell (wrong host): refused
+        assert attempts.start(s, job_id, n, "other", boot_id="x", log_path="/x", lease_s=30) is None
+    with db.read() as s:
+        att = s.scalars(select(Attempt).where(Attempt.job_id == job_id)).one()
+        assert (att.boot_id, att.started_at) == (None, None), "a refused start wrote nothing"
+    with db.single() as s:
+        row = attempts.start(s, job_id, n, "h", boot_id="b", log_path="/l", lease_s=30)
+    assert row is not None and list(row.chips) == [2, 3] and row.command == ["/bin/true"]
+    with db.read() as s:
+        att = s.scalars(select(Attempt).where(Attempt.job_id == job_id)).one()
+        assert (att.boot_id, att.log_path) == ("b", "/l") and att.started_at is not None
+        assert s.get(Job, job_id).state == "running"
+        events = s.scalars(select(JobEvent.to_state).where(JobEvent.job_id == job_id)).all()
+        assert events == ["queued", "assigned", "running"]
+
+
+def test_finish_writes_attempt_and_frees_chips_with_the_state(db):
+    job_id = new_job(db)
+    with db.write() as s:
+        n = attempts.assign(s, job_id, 0, "h", [0, 1], lease_s=30)
+        assert attempts.start(s, job_id, n, "h", boot_id="b", log_path="/l", lease_s=30)
+    with db.write() as s:
+        assert attempts.finish(s, job_id, n, "h", Ending(Outcome.SUCCEEDED, "exit 0", 0)) \
+            == JobState.SUCCEEDED
+    with db.read() as s:
+        att = s.scalars(select(Attempt).where(Attempt.job_id == job_id)).one()
+        assert (att.outcome, att.exit_code, att.reason) == ("succeeded", 0, "exit 0")
+        assert att.ended_at is not None
+        assert s.scalars(select(Allocation)).all() == []

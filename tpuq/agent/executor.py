@@ -14,15 +14,14 @@ import os
 import threading
 from collections.abc import Callable
 
-from sqlalchemy import select
-
 from tpuq.agent import devices, environment, holders, libtpu
+from tpuq.agent.devwatch import DeviceWatch
 from tpuq.agent.supervisor import Supervisor, Work
 from tpuq.settings import Settings
 from tpuq.state import attempts, hosts
 from tpuq.state.attempts import Ending
 from tpuq.state.db import Database
-from tpuq.state.models import Attempt, Job
+from tpuq.state.models import Job
 from tpuq.state.states import JobState, Outcome
 
 log = logging.getLogger("tpuq.agent")
@@ -48,6 +47,7 @@ class Executor:
         self.accepting = True
         self.end_hooks: list[Callable[[Supervisor], None]] = []  # e.g. final log shipping
         self._paths: dict[tuple[int, ...], set[str]] = {}
+        self.devwatch = DeviceWatch(self._device_paths(tuple(self.chips)))
 
     # ---- the HostContext the supervisors use ------------------------------------------
     def log_path(self, job_id: int, attempt: int) -> str:
@@ -80,40 +80,31 @@ class Executor:
     def ring(self, job_id: int, attempt: int) -> Supervisor | None:
         """Start `attempt` of `job_id` if it is still assigned here; idempotent.
 
-        Returns the new supervisor, or None for a stale or duplicate doorbell.
+        Returns the new supervisor, or None for a stale or duplicate doorbell. The
+        `assigned -> running` transaction also reads what the job needs: one round trip
+        to the database decides and loads.
         """
         key = (job_id, attempt)
         with self._lock:
             if key in self._running or not self.accepting:
                 return None
-        work = self._load(job_id, attempt)
-        if work is None:
+        with self.db.single() as s:
+            j = attempts.start(s, job_id, attempt, self.name, boot_id=self.boot_id,
+                               log_path=self.log_path(job_id, attempt),
+                               lease_s=self.settings.lease_s)
+        if j is None:
             return None  # stale: cancelled, reassigned, or already running
+        work = Work(job_id=job_id, attempt=attempt, chips=tuple(j.chips),
+                    command=tuple(j.command), cwd=j.cwd, env=dict(j.env),
+                    stop_signal=j.stop_signal, grace_s=j.grace_s, time_limit_s=j.time_limit_s,
+                    tcmalloc=j.tcmalloc, resumed=attempt > 1)
         if not self._host_ready(work):
             return None
         sup = Supervisor(self, work)
         with self._lock:
-            if key in self._running:
-                return None
             self._running[key] = sup
         sup.start()
         return sup
-
-    def _load(self, job_id: int, attempt: int) -> Work | None:
-        with self.db.read() as s:
-            row = s.execute(
-                select(Job.command, Job.cwd, Job.env, Job.stop_signal, Job.grace_s,
-                       Job.time_limit_s, Job.tcmalloc, Attempt.chips)
-                .join(Attempt, (Attempt.job_id == Job.id) & (Attempt.number == Job.attempt))
-                .where(Job.id == job_id, Job.attempt == attempt, Job.host == self.name,
-                       Job.state == JobState.ASSIGNED.value)
-            ).first()
-        if row is None:
-            return None
-        return Work(job_id=job_id, attempt=attempt, chips=tuple(row.chips),
-                    command=tuple(row.command), cwd=row.cwd, env=dict(row.env),
-                    stop_signal=row.stop_signal, grace_s=row.grace_s,
-                    time_limit_s=row.time_limit_s, tcmalloc=row.tcmalloc, resumed=attempt > 1)
 
     def poll_assigned(self) -> None:
         """Recover lost doorbells: anything assigned here that nobody supervises."""
@@ -152,9 +143,18 @@ class Executor:
         return orphans, foreign
 
     def clear_holders(self, chips: tuple[int, ...]) -> list[holders.ProcInfo]:
-        """Kill tpuq orphans holding these chips; return the foreign holders left."""
+        """Kill tpuq orphans holding these chips; return the foreign holders left.
+
+        The /proc scan is skipped when inotify shows that every open of these device
+        files since the last scan that found them free has been closed (devwatch.py).
+        """
         paths = self._device_paths(chips)
+        if self.devwatch.quiet(paths):
+            return []
+        self.devwatch.scan_starts(paths)
         found = holders.find_holders(paths, exclude_pids=self._supervised_pids())
+        if not found:
+            self.devwatch.scan_found_free(paths)
         orphans, foreign = self._classify(found)
         if orphans:
             log.warning("killing orphans of earlier attempts: %s",

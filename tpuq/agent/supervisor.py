@@ -16,19 +16,22 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from tpuq.agent import exits, holders
 from tpuq.agent.chiplocks import ChipBusy, ChipLocks
 from tpuq.state import attempts, jobs
 from tpuq.state.attempts import Ending
+from tpuq.state.outage import is_outage, until_written
 from tpuq.state.states import Outcome, StopRequest
 
 if TYPE_CHECKING:
     from tpuq.agent.executor import Executor as HostContext
 
 log = logging.getLogger("tpuq.agent")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -94,20 +97,18 @@ class Supervisor(threading.Thread):
             self._finish(Ending(Outcome.HOST_ERROR, str(e)))
             return
         log_path = self.ctx.log_path(w.job_id, w.attempt)
-        with self.ctx.db.write() as s:
-            started = attempts.start(s, w.job_id, w.attempt, self.ctx.name, boot_id=self.ctx.boot_id,
-                                     log_path=log_path, lease_s=self.ctx.settings.lease_s)
-        if not started:
-            log.info("job %s attempt %s: stale doorbell, ignored", w.job_id, w.attempt)
-            return
         try:
             self.proc = self._spawn(log_path)
         except OSError as e:
             self._finish(Ending(Outcome.FAILED, f"could not start: {e}"))
             return
-        with self.ctx.db.write() as s:
-            attempts.record_process(s, w.job_id, w.attempt, self.proc.pid,
-                                    holders.proc_start_ticks(self.proc.pid))
+        pid, ticks = self.proc.pid, holders.proc_start_ticks(self.proc.pid)
+
+        def record() -> None:
+            with self.ctx.db.single() as s:
+                attempts.record_process(s, w.job_id, w.attempt, pid, ticks)
+
+        self._write(record, "recording the process")
         fenced = self._wait()
         code = self.proc.returncode
         if fenced:
@@ -166,6 +167,9 @@ class Supervisor(threading.Thread):
                 if woken or now >= next_renew:
                     next_renew = now + renew_every
                     lease = self._renew()
+                    if lease is None:  # database unavailable: the job runs on; try again soon
+                        next_renew = now + min(renew_every, self._retry_cap())
+                        continue
                     if not lease.held:
                         _kill_group(self.proc.pid)
                         self.proc.wait()
@@ -180,14 +184,34 @@ class Supervisor(threading.Thread):
         limit = self.work.time_limit_s
         return None if limit is None or self._signalled_at is not None else started + limit
 
-    def _renew(self) -> attempts.Lease:
+    def _renew(self) -> attempts.Lease | None:
+        """The lease renewed, or None while the database is unavailable."""
         w = self.work
-        with self.ctx.db.write() as s:
-            return attempts.renew(s, w.job_id, w.attempt, self.ctx.name, self.ctx.settings.lease_s)
+        try:
+            with self.ctx.db.write() as s:
+                return attempts.renew(s, w.job_id, w.attempt, self.ctx.name,
+                                      self.ctx.settings.lease_s)
+        except Exception as e:
+            if not is_outage(e):
+                raise
+            log.warning("job %s: lease not renewed, database unavailable: %s", w.job_id,
+                        str(e).splitlines()[0][:200])
+            return None
+
+    def _retry_cap(self) -> float:
+        """Retry writes well within a lease, so the reaper never takes a live job."""
+        return max(0.05, min(2.0, self.ctx.settings.lease_s / 6))
+
+    def _write(self, fn: Callable[[], T], what: str) -> T:
+        """One transaction, retried through a database outage until it is written."""
+        return until_written(fn, f"{what} job {self.work.job_id}", max_wait_s=self._retry_cap())
 
     def _request(self, kind: StopRequest) -> None:
-        with self.ctx.db.write() as s:
-            jobs.request_stop(s, self.work.job_id, "agent", kind)
+        def request() -> None:
+            with self.ctx.db.write() as s:
+                jobs.request_stop(s, self.work.job_id, "agent", kind)
+
+        self._write(request, f"asking {kind.value} of")
 
     def _send_stop_signal(self) -> float:
         """Signal the whole process group; returns when to SIGKILL it."""
@@ -217,11 +241,16 @@ class Supervisor(threading.Thread):
     def _finish(self, end: Ending) -> None:
         w = self.work
         progress = _last_progress(self._progress_path())
-        with self.ctx.db.write() as s:
-            if progress is not None:
-                attempts.record_progress(s, w.job_id, w.attempt, *progress)
-            attempts.finish(s, w.job_id, w.attempt, self.ctx.name, end,
-                            retry_backoff_s=self.ctx.settings.retry_backoff_s)
+
+        def finish() -> None:
+            with self.ctx.db.write() as s:
+                if progress is not None:
+                    attempts.record_progress(s, w.job_id, w.attempt, *progress)
+                attempts.finish(s, w.job_id, w.attempt, self.ctx.name, end,
+                                retry_backoff_s=self.ctx.settings.retry_backoff_s)
+
+        # the outcome must reach the database, however long it is away
+        self._write(finish, "recording the end of")
         self.ending = end
 
 

@@ -10,6 +10,8 @@ import logging
 import threading
 from collections.abc import Callable
 
+from tpuq.state.outage import is_outage
+
 log = logging.getLogger("tpuq.agent")
 
 
@@ -42,9 +44,13 @@ class Ticker:
             try:
                 self.duty()
                 failures = 0
-            except Exception:  # noqa: BLE001 - a duty must never kill its ticker
+            except Exception as e:  # noqa: BLE001 - a duty must never kill its ticker
                 failures += 1
-                log.exception("%s failed (%d in a row); retrying", self.name, failures)
+                if is_outage(e):
+                    log.warning("%s: database unavailable (%d in a row): %s", self.name,
+                                failures, str(e).splitlines()[0][:200])
+                else:
+                    log.exception("%s failed (%d in a row); retrying", self.name, failures)
             # back off while failing so a dead database is not hammered
             self._wake.wait(self.interval_s * min(2**failures, 8))
             self._wake.clear()

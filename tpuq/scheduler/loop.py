@@ -77,6 +77,7 @@ class Scheduler:
         self._renewed_at = float("-inf")  # monotonic time of the last lease renewal
         self._usage: dict | None = None  # type: ignore[type-arg]
         self._usage_at = float("-inf")
+        self._suspects: dict[tuple[int, int], float] = {}  # expired lease -> first seen
 
     def run_pass(self) -> int:
         """One pass; returns how many jobs were assigned."""
@@ -100,11 +101,25 @@ class Scheduler:
         return len(rung)
 
     def reap(self) -> list[int]:
-        """Requeue jobs whose host stopped renewing their lease (leader only)."""
+        """Requeue jobs whose host stopped renewing their lease (leader only).
+
+        An expired lease is only a suspect until a later pass, at least a third of a lease
+        on, still finds it expired: after a database outage every lease looks expired, and
+        the hosts need a moment to renew theirs. A new leader starts with no suspects.
+        """
         if not self.leading:
+            self._suspects = {}
+            return []
+        with self.db.read() as s:
+            expired = attempts.expired_leases(s)
+        now = time.monotonic()
+        self._suspects = {k: self._suspects.get(k, now) for k in expired}
+        grace = self.settings.lease_s / 3
+        due = {k for k, seen in self._suspects.items() if now - seen >= grace}
+        if not due:
             return []
         with self.db.write() as s:
-            requeued = attempts.requeue_expired(s)
+            requeued = attempts.requeue_expired(s, due)
         if requeued:
             log.warning("requeued jobs with expired leases: %s", requeued)
         return requeued

@@ -8,18 +8,33 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Integer,
+    Row,
+    String,
+    Table,
+    bindparam,
+    delete,
+    insert,
+    literal_column,
+    select,
+    union_all,
+    update,
+)
 from sqlalchemy.orm import Session
 
-from tpuq.state.clock import db_now
+from tpuq.state.clock import db_now, from_now
 from tpuq.state.models import Allocation, Attempt, Job
 from tpuq.state.states import ACTIVE, NOT_CHARGED, JobState, Outcome
-from tpuq.state.transitions import transition
+from tpuq.state.transitions import JOBS, Rider, transition_returning
 
 Q, A, R, P = JobState.QUEUED, JobState.ASSIGNED, JobState.RUNNING, JobState.PREEMPTING
 AGENT = "agent"
+ATTEMPTS = cast(Table, Attempt.__table__)
+ALLOCATIONS = cast(Table, Allocation.__table__)
 
 
 def assign(s: Session, job_id: int, attempt_now: int, host: str, chips: Sequence[int],
@@ -30,44 +45,116 @@ def assign(s: Session, job_id: int, attempt_now: int, host: str, chips: Sequence
     already booked makes the INSERT fail (primary key): the caller's transaction rolls back.
     """
     new = attempt_now + 1
-    ok = transition(s, job_id, [Q], A, attempt=attempt_now, actor="scheduler",
-                    reason=f"assigned to {host} chips {','.join(map(str, chips))}",
-                    values={"attempt": new, "host": host, "stop_request": None,
-                            "lease_expires_at": db_now() + lease_s})
-    if not ok:
-        return None
+    riders = [_new_attempt(job_id, new, host, chips)]
     if chips:
-        s.execute(insert(Allocation), [
-            {"host": host, "chip": c, "job_id": job_id, "attempt": new} for c in chips
-        ])
-    s.execute(insert(Attempt).values(job_id=job_id, number=new, host=host, chips=list(chips),
-                                     assigned_at=db_now()))
-    return new
+        riders.append(_book_chips(job_id, new, host, chips))
+    row = transition_returning(
+        s, job_id, Q, A, attempt=attempt_now, actor="scheduler",
+        reason=f"assigned to {host} chips {','.join(map(str, chips))}",
+        values={"attempt": new, "host": host, "stop_request": None,
+                "lease_expires_at": from_now(lease_s)},
+        riders=riders)
+    return None if row is None else new
+
+
+# what the host needs of the job to run it, returned by the start statement itself
+START_COLUMNS = (*(JOBS.c[name] for name in (
+    "command", "cwd", "env", "stop_signal", "grace_s", "time_limit_s", "tcmalloc")),
+    # the outer row named in plain SQL: SQLite renders RETURNING columns unqualified, and
+    # an unqualified `id` inside this subquery would be the attempt's own id
+    select(ATTEMPTS.c.chips).where(ATTEMPTS.c.job_id == literal_column("jobs.id"),
+                                   ATTEMPTS.c.number == literal_column("jobs.attempt"))
+    .scalar_subquery().label("chips"))
 
 
 def start(s: Session, job_id: int, attempt: int, host: str, *, boot_id: str, log_path: str,
-          lease_s: float) -> bool:
-    """assigned -> running, before the process exists.
+          lease_s: float) -> Row[Any] | None:
+    """assigned -> running, before the process exists; returns what the host needs to run
+    it (START_COLUMNS). One statement on PostgreSQL: may run under Database.single().
 
-    False means a stale or duplicate doorbell, or a cancel that came first: do nothing.
+    None means a stale or duplicate doorbell, or a cancel that came first: do nothing.
     Recording the boot id here (not after the spawn) lets a restarted agent recognise
     an attempt of its own boot even if it died between this commit and the spawn.
     """
-    ok = transition(s, job_id, [A], R, attempt=attempt, host=host, actor=AGENT,
-                    reason=f"starting on {host}",
-                    values={"lease_expires_at": db_now() + lease_s})
-    if ok:
-        _attempt_row(s, job_id, attempt, boot_id=boot_id, log_path=log_path, started_at=db_now())
-    return ok
+    return transition_returning(
+        s, job_id, A, R, attempt=attempt, host=host, actor=AGENT, reason=f"starting on {host}",
+        values={"lease_expires_at": from_now(lease_s)}, returning=START_COLUMNS,
+        riders=[_attempt_update(job_id, attempt, "started", {"boot_id": boot_id,
+                                                             "log_path": log_path})])
+
+
+# ---- riders: the attempt and chip rows written with a transition (transitions.Rider) ----
+def _gated(stmt: Any, gate: ColumnElement[bool] | None) -> Any:
+    return stmt if gate is None else stmt.where(gate)
+
+
+def _new_attempt(job_id: int, number: int, host: str, chips: Sequence[int]) -> Rider:
+    cols: dict[str, Any] = {
+        "job_id": bindparam("tq_a_job", type_=Integer),
+        "number": bindparam("tq_a_number", type_=Integer),
+        "host": bindparam("tq_a_host", type_=String),
+        "chips": bindparam("tq_a_chips", type_=ATTEMPTS.c.chips.type),
+        "assigned_at": db_now()}
+
+    def build(gate: ColumnElement[bool] | None) -> Any:
+        if gate is None:
+            return insert(ATTEMPTS).values(**cols)
+        return insert(ATTEMPTS).from_select(list(cols), select(*cols.values()).where(gate))
+
+    return Rider("new attempt", build, {"tq_a_job": job_id, "tq_a_number": number,
+                                        "tq_a_host": host, "tq_a_chips": list(chips)})
+
+
+def _book_chips(job_id: int, attempt: int, host: str, chips: Sequence[int]) -> Rider:
+    """One allocation row per chip: the primary key refuses a chip booked twice."""
+    n = len(chips)
+
+    def row(i: int) -> dict[str, Any]:
+        return {"host": bindparam("tq_c_host", type_=String),
+                "chip": bindparam(f"tq_c_chip{i}", type_=Integer),
+                "job_id": bindparam("tq_c_job", type_=Integer),
+                "attempt": bindparam("tq_c_attempt", type_=Integer)}
+
+    def build(gate: ColumnElement[bool] | None) -> Any:
+        if gate is None:
+            return insert(ALLOCATIONS).values([row(i) for i in range(n)])
+        rows = [select(*row(i).values()).where(gate) for i in range(n)]
+        return insert(ALLOCATIONS).from_select(list(row(0)),
+                                               rows[0] if n == 1 else union_all(*rows))
+
+    params: dict[str, Any] = {"tq_c_host": host, "tq_c_job": job_id, "tq_c_attempt": attempt}
+    params.update({f"tq_c_chip{i}": c for i, c in enumerate(chips)})
+    return Rider(("book chips", n), build, params)
+
+
+_ATTEMPT_TIMES = {"started": "started_at", "ended": "ended_at"}
+
+
+def _attempt_update(job_id: int, number: int, when: str, values: dict[str, Any]) -> Rider:
+    """Values of the attempt row, with `<when>_at` set to the database clock."""
+    names = tuple(sorted(values))
+
+    def build(gate: ColumnElement[bool] | None) -> Any:
+        changes: dict[str, Any] = {c: bindparam(f"tq_u_{c}", type_=ATTEMPTS.c[c].type)
+                                   for c in names}
+        changes[_ATTEMPT_TIMES[when]] = db_now()
+        return _gated(update(ATTEMPTS).where(ATTEMPTS.c.job_id == bindparam("tq_u_job"),
+                                             ATTEMPTS.c.number == bindparam("tq_u_number"))
+                      .values(**changes), gate)
+
+    params = {f"tq_u_{c}": v for c, v in values.items()}
+    params.update(tq_u_job=job_id, tq_u_number=number)
+    return Rider(("attempt", when, names), build, params)
 
 
 def record_process(s: Session, job_id: int, attempt: int, pid: int, proc_start: int | None) -> None:
-    """The spawned process, with its start time so a recycled pid is never mistaken for it."""
+    """The spawned process, with its start time so a recycled pid is never mistaken for it.
+    One statement: may run under Database.single()."""
     _attempt_row(s, job_id, attempt, pid=pid, proc_start=proc_start)
 
 
 def _attempt_row(s: Session, job_id: int, number: int, **values: object) -> None:
-    s.execute(update(Attempt).where(Attempt.job_id == job_id, Attempt.number == number)
+    s.execute(update(ATTEMPTS).where(ATTEMPTS.c.job_id == job_id, ATTEMPTS.c.number == number)
               .values(**values))
 
 
@@ -80,11 +167,11 @@ class Lease:
 def renew(s: Session, job_id: int, attempt: int, host: str, lease_s: float) -> Lease:
     """Extend the lease; held=False means this attempt was fenced out: kill it now."""
     row = s.execute(
-        update(Job)
-        .where(Job.id == job_id, Job.attempt == attempt, Job.host == host,
-               Job.state.in_([A.value, R.value, P.value]))
+        update(JOBS)
+        .where(JOBS.c.id == job_id, JOBS.c.attempt == attempt, JOBS.c.host == host,
+               JOBS.c.state.in_([A.value, R.value, P.value]))
         .values(lease_expires_at=db_now() + lease_s)
-        .returning(Job.stop_request)
+        .returning(JOBS.c.stop_request)
     ).first()
     return Lease(False) if row is None else Lease(True, row.stop_request)
 
@@ -94,7 +181,17 @@ def record_progress(s: Session, job_id: int, attempt: int, step: int, at: float)
 
 
 def release_chips(s: Session, job_id: int, attempt: int) -> None:
-    s.execute(delete(Allocation).where(Allocation.job_id == job_id, Allocation.attempt == attempt))
+    s.execute(_release_chips(job_id, attempt).build(None), {"tq_r_job": job_id,
+                                                            "tq_r_attempt": attempt})
+
+
+def _release_chips(job_id: int, attempt: int) -> Rider:
+    def build(gate: ColumnElement[bool] | None) -> Any:
+        return _gated(delete(ALLOCATIONS).where(
+            ALLOCATIONS.c.job_id == bindparam("tq_r_job"),
+            ALLOCATIONS.c.attempt == bindparam("tq_r_attempt")), gate)
+
+    return Rider("release chips", build, {"tq_r_job": job_id, "tq_r_attempt": attempt})
 
 
 @dataclass(frozen=True)
@@ -106,14 +203,17 @@ class Ending:
 
 
 # what finish() needs of the job: a plain row, not an ORM object (it runs once per job)
-_FINISH_COLUMNS = (Job.state, Job.attempt, Job.host, Job.stop_request, Job.reason, Job.failures,
-                   Job.max_retries, Job.preemptions, Job.requeue_on_preempt)
+_FINISH_COLUMNS = tuple(JOBS.c[name] for name in (
+    "state", "attempt", "host", "stop_request", "reason", "failures", "max_retries",
+    "preemptions", "requeue_on_preempt"))
 
 
 def finish(s: Session, job_id: int, attempt: int, host: str | None, end: Ending,
            retry_backoff_s: float = 10.0, actor: str = AGENT) -> JobState | None:
     """End an attempt and move the job where the outcome says; None if fenced out."""
-    job = s.execute(select(*_FINISH_COLUMNS).where(Job.id == job_id)).first()
+    # locked: a stop request written meanwhile must not be missed (it decides the outcome)
+    job = s.execute(select(*_FINISH_COLUMNS).where(JOBS.c.id == job_id)
+                    .with_for_update()).first()
     if job is None or job.attempt != attempt or JobState(job.state) not in ACTIVE:
         return None
     if host is not None and job.host != host:
@@ -121,14 +221,14 @@ def finish(s: Session, job_id: int, attempt: int, host: str | None, end: Ending,
     end = effective_ending(job.stop_request, end,
                            job.reason if job.state == JobState.PREEMPTING.value else None)
     to, values, reason = _next_state(job, end, retry_backoff_s)
-    ok = transition(s, job_id, [JobState(job.state)], to, attempt=attempt, host=host, reason=reason,
-                    actor=actor, values=values)
-    if not ok:
-        return None
-    _attempt_row(s, job_id, attempt, ended_at=db_now(), outcome=end.outcome.value,
-                 exit_code=end.exit_code, exit_signal=end.exit_signal, reason=end.reason)
-    release_chips(s, job_id, attempt)
-    return to
+    row = transition_returning(
+        s, job_id, JobState(job.state), to, attempt=attempt, host=host, reason=reason,
+        actor=actor, values=values,
+        riders=[_attempt_update(job_id, attempt, "ended", {
+                    "outcome": end.outcome.value, "exit_code": end.exit_code,
+                    "exit_signal": end.exit_signal, "reason": end.reason}),
+                _release_chips(job_id, attempt)])
+    return None if row is None else to
 
 
 # A stop someone asked for decides how the attempt counts, whatever the exit code was:
@@ -154,35 +254,54 @@ def _next_state(job: Any, end: Ending, backoff_s: float) -> tuple[JobState, dict
     if o is Outcome.FAILED:
         if job.failures < job.max_retries:
             delay = backoff_s * (2 ** job.failures)
-            values.update(failures=job.failures + 1, not_before=db_now() + delay)
+            values.update(failures=job.failures + 1, not_before=from_now(delay))
             return Q, values, (f"{end.reason}; retry {job.failures + 1}/{job.max_retries} "
                                f"in {delay:g}s")
-        values.update(failures=job.failures + 1, ended_at=db_now())
+        values.update(failures=job.failures + 1, ended_at=from_now())
         return JobState.FAILED, values, end.reason
     if o in NOT_CHARGED:
         if o is Outcome.PREEMPTED:
             values["preemptions"] = job.preemptions + 1
             if not job.requeue_on_preempt:
-                values["ended_at"] = db_now()
+                values["ended_at"] = from_now()
                 return JobState.FAILED, values, f"{end.reason}; not requeued (--no-requeue)"
         # a host problem must not spin: the same job on the same broken host, 1000x a second
-        values["not_before"] = db_now() + backoff_s if o is Outcome.HOST_ERROR else None
+        values["not_before"] = from_now(backoff_s) if o is Outcome.HOST_ERROR else None
         return Q, values, f"{end.reason}; requeued"
-    values["ended_at"] = db_now()
+    values["ended_at"] = from_now()
     target = {Outcome.SUCCEEDED: JobState.SUCCEEDED, Outcome.CANCELLED: JobState.CANCELLED,
               Outcome.TIMEOUT: JobState.TIMEOUT}[o]
     return target, values, end.reason
 
 
-def requeue_expired(s: Session, limit: int = 100) -> list[int]:
-    """The reaper: active jobs whose lease ran out (their host went silent) are requeued."""
+def expired_leases(s: Session, limit: int = 100) -> set[tuple[int, int]]:
+    """(job, attempt) of active jobs whose lease ran out: their host stopped renewing."""
     rows = s.execute(
-        select(Job.id, Job.attempt, Job.host)
+        select(Job.id, Job.attempt)
         .where(Job.state.in_([A.value, R.value, P.value]), Job.lease_expires_at < db_now())
         .limit(limit)
     ).all()
+    return {(r.id, r.attempt) for r in rows}
+
+
+def requeue_expired(s: Session, suspects: set[tuple[int, int]]) -> list[int]:
+    """The reaper: of `suspects`, requeue those whose lease is still expired now.
+
+    The rows are locked (and rows a renewal holds are skipped), so a lease renewed
+    meanwhile is never taken away.
+    """
+    if not suspects:
+        return []
+    rows = s.execute(
+        select(Job.id, Job.attempt, Job.host)
+        .where(Job.id.in_(sorted(j for j, _ in suspects)),
+               Job.state.in_([A.value, R.value, P.value]), Job.lease_expires_at < db_now())
+        .with_for_update(skip_locked=True)
+    ).all()
     done = []
     for r in rows:
+        if (r.id, r.attempt) not in suspects:
+            continue
         end = Ending(Outcome.LOST, f"lease expired: host {r.host} stopped answering")
         if finish(s, r.id, r.attempt, r.host, end, actor="reaper") is not None:
             done.append(r.id)

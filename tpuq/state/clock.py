@@ -6,6 +6,7 @@ drifts cannot keep a lease alive or expire someone else's.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Double
@@ -28,3 +29,16 @@ def _sqlite_now(element: db_now, compiler: Any, **kw: Any) -> str:
 @compiles(db_now, "postgresql")
 def _pg_now(element: db_now, compiler: Any, **kw: Any) -> str:
     return "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
+
+
+@dataclass(frozen=True)
+class FromNow:
+    """A column value of "the database clock plus `seconds`", for state changes whose
+    statements are built once and reused (transitions.py): the seconds are a bound
+    parameter, where `db_now() + seconds` would be a new statement every time."""
+
+    seconds: float = 0.0
+
+
+def from_now(seconds: float = 0.0) -> FromNow:
+    return FromNow(float(seconds))

@@ -57,7 +57,10 @@ class Database:
             self._read_engine = _sqlite_engine(url, immediate=False)
         else:
             url = url.replace("postgresql://", "postgresql+psycopg://", 1)
-            self.engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+            # no pool_pre_ping: it costs a round trip per transaction (several per job). After
+            # a server restart the first use of a pooled connection fails, the pool drops
+            # them all, and the caller retries (state/outage.py, the agent's tickers).
+            self.engine = create_engine(url, pool_size=10, max_overflow=20)
             self._read_engine = self.engine
 
     @contextmanager
@@ -65,6 +68,21 @@ class Database:
         """One write transaction: committed on success, rolled back on any error."""
         with Session(self.engine, expire_on_commit=False) as s, s.begin():
             yield s
+
+    @contextmanager
+    def single(self) -> Iterator[Session]:
+        """A write that is one statement on PostgreSQL, run without BEGIN and COMMIT
+        (autocommit: two round trips fewer; the statement is atomic by itself). Only for
+        state functions that say they issue one statement there. On SQLite, where they
+        issue several, a normal write transaction."""
+        if self.is_sqlite:
+            with self.write() as s:
+                yield s
+            return
+        with self.engine.connect() as c:
+            with Session(c.execution_options(isolation_level="AUTOCOMMIT"),
+                         expire_on_commit=False) as s:
+                yield s
 
     @contextmanager
     def read(self) -> Iterator[Session]:

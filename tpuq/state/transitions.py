@@ -9,15 +9,37 @@ An attempt to make a transition the state machine does not allow is a bug: it ra
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, cast
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import (
+    ClauseElement,
+    ColumnElement,
+    Double,
+    Integer,
+    Row,
+    String,
+    Table,
+    Text,
+    bindparam,
+    exists,
+    insert,
+    literal,
+    select,
+    update,
+)
 from sqlalchemy.orm import Session
 
-from tpuq.state.clock import db_now
+from tpuq.state.clock import FromNow, db_now
 from tpuq.state.models import Job, JobEvent
 from tpuq.state.states import JobState, allowed
+
+# Core tables, not the ORM classes: these statements run several times per job, and the
+# ORM's bulk-update machinery costs more than the round trip they save.
+JOBS = cast(Table, Job.__table__)
+EVENTS = cast(Table, JobEvent.__table__)
 
 
 class InvalidTransition(ValueError):
@@ -38,51 +60,161 @@ def transition(
 ) -> bool:
     """Move job `job_id` from one of `frm` to `to`; True when this call made the change."""
     sources = tuple(frm)
+    _check_allowed(sources, to)
+    if len(sources) == 1:
+        return transition_returning(s, job_id, sources[0], to, attempt=attempt, host=host,
+                                    reason=reason, actor=actor, values=values) is not None
+    guard = [JOBS.c.id == job_id]
+    if attempt is not None:
+        guard.append(JOBS.c.attempt == attempt)
+    if host is not None:
+        guard.append(JOBS.c.host == host)
+    current = s.execute(select(JOBS.c.state, JOBS.c.attempt).where(*guard)).first()
+    if current is None or JobState(current.state) not in sources:
+        return False
+    # rare (a few user commands): no need for the cached one-statement form below
+    return transition_returning(s, job_id, JobState(current.state), to,
+                                attempt=current.attempt, host=host, reason=reason,
+                                actor=actor, values=values) is not None
+
+
+@dataclass(frozen=True)
+class Rider:
+    """A write that must happen with a transition and only if it happens (an attempt row,
+    chip rows). `build(gate)` makes its statement with bound parameters named as in
+    `params`: guarded by `gate` (true only if the transition took place), or, given None,
+    the plain statement to run after it. `shape` names what the statement looks like
+    (never its values): statements are built once per shape and reused."""
+
+    shape: Hashable
+    build: Callable[[ColumnElement[bool] | None], Any]
+    params: Mapping[str, Any]
+
+
+def transition_returning(
+    s: Session,
+    job_id: int,
+    frm: JobState,
+    to: JobState,
+    *,
+    attempt: int | None = None,
+    host: str | None = None,
+    reason: str | None = None,
+    actor: str | None = None,
+    values: Mapping[str, Any] | None = None,
+    returning: Sequence[Any] = (),
+    riders: Sequence[Rider] = (),
+) -> Row[Any] | None:
+    """The compare-and-set from one state, with `returning` columns of the changed job row
+    (None when refused), its event row and its `riders`.
+
+    On PostgreSQL all of it is one statement (data-modifying WITH queries, each rider
+    gated on the change having happened): one round trip, atomic even without an explicit
+    transaction (see Database.single). On SQLite the statements run one after another.
+    Values may be plain, `clock.from_now(s)`, or SQL expressions (the statement is then
+    built for this call only). Statements are built once per shape and reused: building
+    and keying a statement of this size costs more than executing it.
+    """
+    _check_allowed((frm,), to)
+    values = dict(values or {})
+    params: dict[str, Any] = {"tq_job": job_id, "tq_attempt": attempt, "tq_host": host,
+                              "tq_reason": reason, "tq_actor": actor}
+    for col, v in values.items():
+        if not isinstance(v, ClauseElement):
+            params[f"tq_v_{col}"] = v.seconds if isinstance(v, FromNow) else v
+    for r in riders:
+        params.update(r.params)
+    pg = s.get_bind().dialect.name == "postgresql"
+    spec = _Shape(frm, to, attempt is not None, host is not None, reason is not None,
+                  tuple((col, _kind(v)) for col, v in values.items()), tuple(returning),
+                  tuple(riders))
+    fixed = not any(isinstance(v, ClauseElement) for v in values.values())
+    key = (pg, spec.key()) if fixed else None
+    if pg:
+        return s.execute(_statement(key, lambda: spec.one_statement(values)), params).first()
+    row = s.execute(_statement(key and (*key, "update"), lambda: spec.update(values)),
+                    params).first()
+    if row is not None:
+        params["tq_event_attempt"] = row.attempt
+        s.execute(_statement(key and (*key, "event"), lambda: spec.event(None)), params)
+        for i, r in enumerate(riders):
+            s.execute(_statement(key and (*key, "rider", i), partial(r.build, None)), params)
+    return row
+
+
+_STATEMENTS: dict[Hashable, Any] = {}  # bounded: one per shape, and shapes are few
+
+
+def _statement(key: Hashable | None, build: Callable[[], Any]) -> Any:
+    if key is None:
+        return build()
+    stmt = _STATEMENTS.get(key)
+    if stmt is None:
+        stmt = _STATEMENTS[key] = build()
+    return stmt
+
+
+def _kind(v: Any) -> str:
+    return "from_now" if isinstance(v, FromNow) else "sql" if isinstance(v, ClauseElement) \
+        else "value"
+
+
+@dataclass(frozen=True)
+class _Shape:
+    frm: JobState
+    to: JobState
+    by_attempt: bool
+    by_host: bool
+    with_reason: bool
+    value_kinds: tuple[tuple[str, str], ...]
+    returning: tuple[Any, ...]
+    riders: tuple[Rider, ...]
+
+    def key(self) -> Hashable:
+        # columns compare by SQL (== builds an expression): key them by identity
+        return (self.frm, self.to, self.by_attempt, self.by_host, self.with_reason,
+                self.value_kinds, tuple(map(id, self.returning)),
+                tuple(r.shape for r in self.riders))
+
+    def update(self, values: Mapping[str, Any]) -> Any:
+        guard = [JOBS.c.id == bindparam("tq_job"), JOBS.c.state == self.frm.value]
+        if self.by_attempt:
+            guard.append(JOBS.c.attempt == bindparam("tq_attempt"))
+        if self.by_host:
+            guard.append(JOBS.c.host == bindparam("tq_host"))
+        changes: dict[str, Any] = {"state": self.to.value, "updated_at": db_now()}
+        if self.with_reason:
+            changes["reason"] = bindparam("tq_reason", type_=Text)
+        for col, kind in self.value_kinds:
+            if kind == "sql":
+                changes[col] = values[col]
+            elif kind == "from_now":
+                changes[col] = db_now() + bindparam(f"tq_v_{col}", type_=Double)
+            else:
+                changes[col] = bindparam(f"tq_v_{col}", type_=JOBS.c[col].type)
+        return update(JOBS).where(*guard).values(**changes) \
+            .returning(JOBS.c.attempt, *self.returning)
+
+    def event(self, changed: Any) -> Any:
+        cols: dict[str, Any] = {"job_id": bindparam("tq_job", type_=Integer), "at": db_now(),
+                "from_state": literal(self.frm.value, String),
+                "to_state": literal(self.to.value, String),
+                "reason": bindparam("tq_reason", type_=Text),
+                "actor": bindparam("tq_actor", type_=String)}
+        if changed is None:
+            return insert(EVENTS).values(**cols, attempt=bindparam("tq_event_attempt"))
+        return insert(EVENTS).from_select([*cols, "attempt"],
+                                          select(*cols.values(), changed.c.attempt))
+
+    def one_statement(self, values: Mapping[str, Any]) -> Any:
+        changed = self.update(values).cte("changed")
+        gate = exists(select(changed.c.attempt))
+        ctes = [self.event(changed).cte("logged")]
+        ctes += [r.build(gate).cte(f"rider{i}") for i, r in enumerate(self.riders)]
+        return select(changed).add_cte(*ctes)
+
+
+def _check_allowed(sources: tuple[JobState, ...], to: JobState) -> None:
     for f in sources:
         if not allowed(f, to):
             raise InvalidTransition(f"{f.value} -> {to.value} is not an allowed transition")
-    guard = [Job.id == job_id]
-    if attempt is not None:
-        guard.append(Job.attempt == attempt)
-    if host is not None:
-        guard.append(Job.host == host)
-    changes: dict[str, Any] = {"state": to.value, "updated_at": db_now()}
-    if reason is not None:
-        changes["reason"] = reason
-    changes.update(values or {})
-    if len(sources) == 1:
-        # one possible source state: a single UPDATE ... RETURNING is the whole CAS
-        frm_state = sources[0].value
-        row = s.execute(
-            update(Job).where(*guard, Job.state == frm_state).values(**changes)
-            .returning(Job.attempt).execution_options(synchronize_session=False)
-        ).first()
-        if row is None:
-            return False
-        event_attempt = int(row.attempt)
-    else:
-        current = s.execute(select(Job.state, Job.attempt).where(*guard)).first()
-        if current is None or JobState(current.state) not in sources:
-            return False
-        result = s.execute(
-            update(Job)
-            .where(*guard, Job.state == current.state, Job.attempt == current.attempt)
-            .values(**changes)
-            .execution_options(synchronize_session=False)
-        )
-        if result.rowcount != 1:  # type: ignore[attr-defined]
-            return False
-        frm_state = current.state
-        event_attempt = int(changes.get("attempt", current.attempt))
-    s.execute(
-        insert(JobEvent).values(
-            job_id=job_id,
-            at=db_now(),
-            from_state=frm_state,
-            to_state=to.value,
-            attempt=event_attempt,
-            reason=reason,
-            actor=actor,
-        )
-    )
-    return True

@@ -1,0 +1,56 @@
+"""Database outages: which errors are a lost server (wait and retry) and how to wait.
+
+A PostgreSQL restart must not end a supervised job or lose its outcome: the agent keeps
+the job running, retries what it has to write, and goes on once the server is back.
+An error that is not a lost connection (a constraint, a bug) is raised at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+from sqlalchemy import exc
+
+log = logging.getLogger("tpuq.agent")
+T = TypeVar("T")
+FIRST_WAIT_S = 0.1
+MAX_WAIT_S = 2.0
+
+
+def is_outage(e: BaseException) -> bool:
+    """The server went away or cannot be reached (the pool reconnects on the next use)."""
+    if isinstance(e, exc.DBAPIError) and e.connection_invalidated:
+        return True
+    return isinstance(e, (exc.OperationalError, exc.InterfaceError, exc.TimeoutError))
+
+
+def until_written(fn: Callable[[], T], what: str, *, max_wait_s: float = MAX_WAIT_S,
+                  give_up: threading.Event | None = None) -> T:
+    """Run `fn` (one whole transaction) until it succeeds, through any database outage.
+
+    Waits between tries grow from 0.1 s to `max_wait_s`. `give_up` (e.g. the agent's
+    second Ctrl-C) ends the retrying by raising the last error.
+    """
+    wait = FIRST_WAIT_S
+    failures = 0
+    waiter = give_up or threading.Event()
+    while True:
+        try:
+            result = fn()
+        except Exception as e:
+            if not is_outage(e):
+                raise
+            failures += 1
+            if failures == 1 or failures % 10 == 0:
+                log.warning("database unavailable while %s (try %d): %s; retrying",
+                            what, failures, str(e).splitlines()[0][:200])
+            if waiter.wait(wait):
+                raise
+            wait = min(wait * 2, max_wait_s)
+            continue
+        if failures:
+            log.info("database back: %s done after %d tries", what, failures + 1)
+        return result
