@@ -5,6 +5,7 @@ PY ?= .venv/bin/python
 
 install:
 	python3 -m venv .venv && $(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m compileall -q tpuq  # an editable install compiles nothing: the CLI would recompile on every run
 
 test:
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 from sqlalchemy import Table, func, select
 from sqlalchemy.orm import Session
@@ -30,13 +30,14 @@ class Snapshot:
     # team -> (chips running, {tpu_type: chips}, {user: chips})
     team_running: dict[str, tuple[int, dict[str, int], dict[str, int]]] = \
         field(default_factory=dict)
-    teams: dict[str, Team] = field(default_factory=dict)  # rows of teams with settings
+    teams: dict[str, Any] = field(default_factory=dict)  # rows of the teams table
     usage: dict[str, teams_mod.Usage] = field(default_factory=dict)
 
 
 # Core columns (no ORM layer): this runs after every finished job
 JOBS = cast(Table, Job.__table__)
 ALLOCATIONS = cast(Table, Allocation.__table__)
+TEAMS = cast(Table, Team.__table__)
 QUEUED_COLUMNS = tuple(JOBS.c[n] for n in (
     "id", "team", "owner", "priority", "submitted_at", "chips", "tpu_type", "not_before",
     "attempt", "time_limit_s"))
@@ -61,7 +62,7 @@ def read(s: Session, host_stale_s: float, half_life_h: float = 168.0,
         snap.hosts.append((h.name, h.tpu_type, tuple(h.chips), ok))
     for host, chip in s.execute(select(ALLOCATIONS.c.host, ALLOCATIONS.c.chip)).all():
         snap.used[host].add(chip)
-    snap.teams = {t.name: t for t in s.scalars(select(Team))}
+    snap.teams = {t.name: t for t in s.execute(select(TEAMS))}
     # chips in use per team only matter to limits, and limits live in team rows
     snap.team_running = team_running(s) if snap.teams else {}
     periods = {name: t.budget_period for name, t in snap.teams.items()}
