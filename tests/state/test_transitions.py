@@ -11,7 +11,7 @@ from sqlalchemy import select
 from tpuq.scheduler.loop import Scheduler
 from tpuq.settings import Settings
 from tpuq.spec import JobSpec
-from tpuq.state import attempts, jobs
+from tpuq.state import attempts, hosts, jobs, snapshot
 from tpuq.state.attempts import Ending
 from tpuq.state.models import Allocation, Attempt, Job, JobEvent
 from tpuq.state.states import ALLOWED, TERMINAL, JobState, Outcome, allowed
@@ -204,3 +204,18 @@ def test_finish_writes_attempt_and_frees_chips_with_the_state(db):
         assert (att.outcome, att.exit_code, att.reason) == ("succeeded", 0, "exit 0")
         assert att.ended_at is not None
         assert s.scalars(select(Allocation)).all() == []
+
+
+def test_snapshot_sees_each_hosts_booked_chips(db):
+    with db.write() as s:
+        for name in ("h1", "h2", "h3"):
+            hosts.register(s, name, tpu_type="v4-8", chips=[0, 1, 2, 3], boot_id="b",
+                           agent_pid=1)
+    a, b = new_job(db), new_job(db)
+    with db.write() as s:
+        attempts.assign(s, a, 0, "h1", [0, 2], lease_s=30)
+        attempts.assign(s, b, 0, "h2", [3], lease_s=30)
+    with db.read() as s:
+        snap = snapshot.read(s, host_stale_s=30)
+    assert {h: sorted(c) for h, c in snap.used.items()} == {"h1": [0, 2], "h2": [3]}
+    assert {name for name, *_ in snap.hosts} == {"h1", "h2", "h3"}

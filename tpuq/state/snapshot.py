@@ -12,7 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from sqlalchemy import Table, func, select
+from sqlalchemy import JSON, Table, func, literal_column, select
 from sqlalchemy.orm import Session
 
 from tpuq.state import teams as teams_mod
@@ -50,8 +50,10 @@ def read(s: Session, host_stale_s: float, half_life_h: float = 168.0,
     """One consistent view for a pass. `usage`: chip-hours computed by a recent pass,
     reused because they move slowly and cost a scan of recent attempts; chips in use
     (the hard quota) are always read fresh."""
-    # the database clock comes with the host rows (one round trip less per pass)
-    host_rows = s.execute(select(*HOST_COLUMNS, db_now().label("now"))).all()
+    # the database clock and each host's booked chips come with the host rows: one round
+    # trip instead of three, on every pass
+    host_rows = s.execute(select(*HOST_COLUMNS, db_now().label("now"),
+                                 _booked_chips(s).label("booked"))).all()
     now = float(host_rows[0].now if host_rows else s.execute(select(db_now())).scalar_one())
     snap = Snapshot(now=now)
     snap.queued = list(s.execute(select(*QUEUED_COLUMNS)
@@ -60,14 +62,23 @@ def read(s: Session, host_stale_s: float, half_life_h: float = 168.0,
         fresh = h.heartbeat_at is not None and now - h.heartbeat_at < host_stale_s
         ok = fresh and not h.draining and h.busy_reason is None and h.stopped_at is None
         snap.hosts.append((h.name, h.tpu_type, tuple(h.chips), ok))
-    for host, chip in s.execute(select(ALLOCATIONS.c.host, ALLOCATIONS.c.chip)).all():
-        snap.used[host].add(chip)
+        if h.booked:
+            snap.used[h.name].update(h.booked)
     snap.teams = {t.name: t for t in s.execute(select(TEAMS))}
     # chips in use per team only matter to limits, and limits live in team rows
     snap.team_running = team_running(s) if snap.teams else {}
     periods = {name: t.budget_period for name, t in snap.teams.items()}
     snap.usage = usage if usage is not None else teams_mod.usage(s, now, half_life_h, periods)
     return snap
+
+
+def _booked_chips(s: Session) -> Any:
+    """The chips booked on the outer host row, as a JSON array (NULL when none)."""
+    pg = s.get_bind().dialect.name == "postgresql"
+    agg = func.json_agg if pg else func.json_group_array
+    return (select(agg(ALLOCATIONS.c.chip, type_=JSON))
+            .where(ALLOCATIONS.c.host == literal_column("hosts.name"))
+            .scalar_subquery())
 
 
 def team_running(s: Session) -> dict[str, tuple[int, dict[str, int], dict[str, int]]]:
