@@ -229,6 +229,7 @@ class Agent:
             for sup in self.executor.supervisors():
                 w = sup.work
                 shipper.ship(w.job_id, w.attempt, self.executor.log_path(w.job_id, w.attempt))
+            shipper.ship_unfinished()
 
         def final(sup: Any) -> None:
             w = sup.work

@@ -35,7 +35,16 @@ class LogShipper:
     def __init__(self, url: str) -> None:
         self.redis = client(url)
         self._offsets: dict[tuple[int, int], int] = {}
+        # attempts that ended while Redis was away: their tail and end marker still owed
+        self._unfinished: dict[tuple[int, int], str] = {}
         self._lock = threading.Lock()
+
+    def ship_unfinished(self) -> None:
+        """Retry the final shipping of attempts that ended while Redis was unreachable."""
+        with self._lock:
+            owed = list(self._unfinished.items())
+        for (job_id, attempt), path in owed:
+            self.ship(job_id, attempt, path, final=True)
 
     def ship(self, job_id: int, attempt: int, path: str, final: bool = False) -> None:
         k = (job_id, attempt)
@@ -52,6 +61,8 @@ class LogShipper:
             except Exception as e:  # noqa: BLE001 - Redis down: ship later, the file is safe
                 log.debug("log shipping for job %s paused: %s", job_id, e)
                 self._offsets[k] = offset
+                if final:
+                    self._unfinished[k] = path
                 return
             self._offsets[k] = offset
             if final:
@@ -59,8 +70,10 @@ class LogShipper:
                     self.redis.xadd(key(*k), {"eof": b"1"}, maxlen=MAXLEN, approximate=True)
                     self.redis.expire(key(*k), TTL_S)
                     self._offsets.pop(k, None)
+                    self._unfinished.pop(k, None)
                 except Exception as e:  # noqa: BLE001
                     log.debug("log end marker for job %s not shipped: %s", job_id, e)
+                    self._unfinished[k] = path
 
 
 def follow(url: str, job_id: int, attempt: int, wait: bool,
