@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness import FakeHost, Stack
-from tests.services import RedisServer, create_pg_database, drop_pg_database
+from tests.services import PostgresServer, RedisServer, create_pg_database, drop_pg_database
 
 
 @pytest.fixture
@@ -34,8 +34,10 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
         server.stop()
 
 
-def _team_stack(request: pytest.FixtureRequest, home: Path) -> Stack:
-    pg = request.getfixturevalue("pg_url")
+def _team_stack(request: pytest.FixtureRequest, home: Path, pg: str | None = None) -> Stack:
+    """The team deployment: PostgreSQL (a fresh database on the machine's server unless
+    `pg` names another) and a private Redis, upgraded and ready for agents."""
+    pg = pg or request.getfixturevalue("pg_url")
     redis = request.getfixturevalue("redis_server")
     s = Stack(home=home, extra={"TPUQ_DATABASE_URL": pg, "TPUQ_BROKER_URL": redis.url})
     s.tpuq("db", "upgrade")
@@ -63,6 +65,30 @@ def team_stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Stack
     try:
         yield s
     finally:
+        s.cleanup()
+
+
+@pytest.fixture
+def private_pg() -> Iterator[PostgresServer]:
+    """A PostgreSQL server of this test's own, which the test may stop and restart."""
+    server = PostgresServer()
+    try:
+        yield server.start()
+    finally:
+        server.remove()
+
+
+@pytest.fixture
+def team_stack_private_pg(request: pytest.FixtureRequest, tmp_path: Path,
+                          private_pg: PostgresServer) -> Iterator[Stack]:
+    """`team_stack` on a private PostgreSQL server (`stack.pg`) instead of the machine's."""
+    s = _team_stack(request, tmp_path / "home", pg=private_pg.url)
+    s.pg = private_pg  # type: ignore[attr-defined]
+    try:
+        yield s
+    finally:
+        if private_pg.pid is None:  # a test that failed while the server was down:
+            private_pg.start()  # cleanup finds the job processes to kill in the database
         s.cleanup()
 
 

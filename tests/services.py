@@ -1,15 +1,20 @@
 """Real services for tests: a private redis-server per test, a fresh PostgreSQL database.
 
 Each test gets its own Redis process on a free port (so a test may stop and restart
-it) and its own PostgreSQL database on the machine's server (dropped afterwards).
+it) and its own PostgreSQL database on the machine's server (dropped afterwards). A test
+that must stop or restart PostgreSQL itself gets a private cluster (`PostgresServer`).
 """
 
 from __future__ import annotations
 
+import glob
 import os
+import pwd
 import shutil
+import signal
 import socket
 import subprocess
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -80,3 +85,136 @@ def create_pg_database() -> str:
 
 def drop_pg_database(url: str) -> None:
     _admin(f'DROP DATABASE IF EXISTS "{url.rsplit("/", 1)[1]}" WITH (FORCE)')
+
+
+def _pg_bindir() -> Path:
+    """Where PostgreSQL's server programs are: on PATH, else Debian's versioned dirs."""
+    found = shutil.which("pg_ctl")
+    if found:
+        bindir = Path(os.path.realpath(found)).parent
+        if (bindir / "initdb").exists():
+            return bindir
+
+    def version(pg_ctl: str) -> tuple[int, ...]:  # /usr/lib/postgresql/<version>/bin/pg_ctl
+        return tuple(int(x) for x in Path(pg_ctl).parts[-3].split(".") if x.isdigit())
+
+    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"), key=version)
+    if not candidates:
+        raise RuntimeError("PostgreSQL server programs (pg_ctl, initdb) not found "
+                           "(.ci/run installs PostgreSQL)")
+    return Path(candidates[-1]).parent  # the newest major version
+
+
+class PostgresServer:
+    """A private PostgreSQL cluster we own: initdb into a temp dir, start, restart, stop.
+
+    It listens on a free loopback port (trust auth, superuser `postgres`) with its unix
+    socket in its own directory, so a test can really stop and restart the server
+    without touching the machine's. initdb refuses to run as root: as root, the programs
+    run as the `postgres` user, who owns the cluster's directory. Built for speed, not
+    durability (fsync off, small shared buffers).
+    """
+
+    def __init__(self) -> None:
+        self.bindir = _pg_bindir()
+        self.port = free_port()
+        self.as_user: list[str] = []
+        owner: pwd.struct_passwd | None = None
+        if os.geteuid() == 0:
+            try:
+                owner = pwd.getpwnam("postgres")
+            except KeyError:
+                raise RuntimeError("running as root needs a `postgres` user to run "
+                                   "initdb and the server as") from None
+            if shutil.which("runuser"):
+                self.as_user = ["runuser", "-u", owner.pw_name, "--"]
+            else:
+                self.as_user = ["setpriv", f"--reuid={owner.pw_uid}", f"--regid={owner.pw_gid}",
+                                "--init-groups", "--"]
+        # not under pytest's tmp_path: as root that is private to root, and a unix socket
+        # path must stay short (107 bytes)
+        self.root = Path(tempfile.mkdtemp(prefix="tpuq-pg-"))
+        if owner is not None:
+            os.chown(self.root, owner.pw_uid, owner.pw_gid)
+        self.data = self.root / "data"
+        self.log = self.root / "server.log"
+        self._initialised = False
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, program: str, *args: str, timeout: float = 120) -> str:
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C", "LANG": "C",
+               "HOME": str(self.root)}
+        r = subprocess.run([*self.as_user, str(self.bindir / program), *args], cwd=self.root,
+                           env=env, capture_output=True, text=True, timeout=timeout)
+        if r.returncode != 0:
+            raise RuntimeError(f"{program} {' '.join(args)} exited {r.returncode}:\n"
+                               f"{r.stdout}{r.stderr}\n{self.log_tail()}")
+        return r.stdout
+
+    def init(self) -> PostgresServer:
+        self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres",
+                  "-E", "UTF8", "--locale=C", "--no-sync")
+        with open(self.data / "postgresql.conf", "a") as f:
+            f.write("\n# tpuq tests: a private, disposable, fast server\n"
+                    f"port = {self.port}\n"
+                    "listen_addresses = '127.0.0.1'\n"
+                    f"unix_socket_directories = '{self.root}'\n"
+                    "fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n"
+                    "shared_buffers = 16MB\nmax_connections = 100\n")
+        self._initialised = True
+        return self
+
+    def start(self) -> PostgresServer:
+        """Start (initdb first if needed) and wait until it accepts connections."""
+        if not self._initialised:
+            self.init()
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60", "start")
+        return self
+
+    def restart(self) -> None:
+        """A real restart: fast shutdown (clients disconnected), then a new postmaster."""
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60",
+                  "-m", "fast", "restart")
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the server if it runs; by its postmaster pid if pg_ctl cannot."""
+        if self.pid is None:
+            return
+        try:
+            self._run("pg_ctl", "-D", str(self.data), "-w", "-t", "30", "-m", mode, "stop")
+        except (RuntimeError, subprocess.TimeoutExpired):
+            pid = self.pid
+            if pid is not None:
+                try:
+                    os.kill(pid, signal.SIGKILL)  # its backends exit when the postmaster dies
+                except ProcessLookupError:
+                    pass
+
+    @property
+    def pid(self) -> int | None:
+        """The running postmaster's pid (from postmaster.pid), or None when stopped."""
+        try:
+            pid = int((self.data / "postmaster.pid").read_text().split("\n", 1)[0])
+        except (FileNotFoundError, ValueError):
+            return None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass  # alive, and someone else's: a server we did not start on our data dir
+        return pid
+
+    def log_tail(self, n: int = 3000) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-n:]
+        except FileNotFoundError:
+            return ""
+
+    def remove(self) -> None:
+        """Stop the server and delete the cluster."""
+        self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)

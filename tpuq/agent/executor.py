@@ -194,6 +194,10 @@ class Executor:
             self.on_change()
 
     # ---- stopping ------------------------------------------------------------------------
+    def supervisor(self, job_id: int, attempt: int) -> Supervisor | None:
+        with self._lock:
+            return self._running.get((job_id, attempt))
+
     def supervisors(self) -> list[Supervisor]:
         with self._lock:
             return list(self._running.values())

@@ -31,8 +31,13 @@ def bound_agent() -> Agent:
 
 
 def run(job_id: int, attempt: int) -> str:
-    """Start the attempt if it is still assigned here; stay active while it runs."""
-    sup = bound_agent().executor.ring(int(job_id), int(attempt))
+    """Start the attempt if it is still assigned here; stay active while it runs.
+
+    If the host's own poll started it first (the message came late), stay active with
+    it all the same: `celery inspect active` lists every running attempt either way.
+    """
+    executor = bound_agent().executor
+    sup = executor.ring(int(job_id), int(attempt)) or executor.supervisor(int(job_id), int(attempt))
     if sup is None:
         return "stale or duplicate doorbell"
     sup.join()

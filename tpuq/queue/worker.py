@@ -7,9 +7,12 @@ it forks, and JAX must never be forked).
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from typing import TYPE_CHECKING, Any
+
+from celery.worker.consumer import Consumer
 
 from tpuq.queue import tasks
 from tpuq.queue.app import app, control_queue_name, host_queue
@@ -20,13 +23,32 @@ if TYPE_CHECKING:
 log = logging.getLogger("tpuq.queue")
 
 
+RECONNECT_EVERY_S = 1.0
+
+
+class HostConsumer(Consumer):  # type: ignore[misc]
+    """Celery's consumer, retrying a lost broker every second.
+
+    Celery reconnects through kombu's `ensure_connection` with its built-in waits (2 s,
+    then 2 s longer each time, up to 30 s), which no setting reaches (kombu#735): after
+    a one-minute Redis outage the worker stayed deaf for up to 30 s more, missing rings
+    and cancel broadcasts. A reconnect attempt a second is nothing for Redis.
+    """
+
+    def ensure_connected(self, conn: Any) -> Any:
+        conn.ensure_connection = functools.partial(
+            conn.ensure_connection, interval_start=RECONNECT_EVERY_S, interval_step=0,
+            interval_max=RECONNECT_EVERY_S)
+        return super().ensure_connected(conn)
+
+
 class HostWorker:
     def __init__(self, agent: Agent, concurrency: int) -> None:
         tasks.bind(agent)
         self.controller: Any = app.WorkController(
             hostname=f"tpuq@{agent.name}", pool_cls="threads", concurrency=concurrency,
             queues=[host_queue(agent.name), control_queue_name(app)], without_mingle=True,
-            without_gossip=True, loglevel="WARNING",
+            without_gossip=True, loglevel="WARNING", consumer_cls=HostConsumer,
         )
         self.thread = threading.Thread(target=self._run, name="celery-worker", daemon=True)
 
