@@ -234,6 +234,19 @@ class AgentProc:
             return ""
 
 
+def step_delay(script: str) -> str:
+    """Seconds per training step for an example that a test preempts.
+
+    JAX's preemption sync point is agreed through its coordination service (a SIGTERM
+    poller that wakes once a second, then a key-value round trip and a barrier): a run
+    with much shorter steps can finish before the agreed step exists, and exits 0 as if
+    never signalled (seen in CI at 0.02 s/step, and once in ~6 runs at 0.05 s/step on
+    2 loaded cores). The delay costs only the steps run before the notice lands; it sets
+    the margin, not the test's length. `tpuq.job` sets its flag in the handler itself.
+    """
+    return "0.2" if "orbax" in script else "0.05"
+
+
 def fixture_cmd(name: str, *args: Any) -> list[str]:
     """`-- python tests/fixtures/<name> args...` for tpuq submit."""
     return ["--", sys.executable, str(FIXTURES / name), *map(str, args)]

@@ -15,11 +15,13 @@ from typing import IO
 
 import pytest
 
+from tests.harness import step_delay
+
 pytestmark = pytest.mark.jax
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
-STEPS, EVERY, DELAY = "120", "10", "0.02"  # a few seconds per run on CPU
+STEPS, EVERY = "120", "10"  # a few seconds per uninterrupted run on CPU
 RUN_TIMEOUT_S = 120
 
 
@@ -62,7 +64,7 @@ def _pump(stream: IO[str], lines: queue.Queue[str | None]) -> None:
 def _run_and_preempt(script: str, ckpt: Path, out: Path) -> str:
     """Start a slow run, SIGTERM it after its first checkpoint line; expect exit 75."""
     proc = subprocess.Popen(
-        _cmd(script, ckpt, out, "--step-delay", DELAY),
+        _cmd(script, ckpt, out, "--step-delay", step_delay(script)),
         env=_env(ckpt, ckpt.parent / "progress", False),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import TRAIN_ARGS, free_port
-from tests.harness import ROOT, fixture_cmd, wait_for
+from tests.harness import ROOT, fixture_cmd, step_delay, wait_for
 
 EXAMPLES = ROOT / "examples"
 TERMINATE = "TERMINATE_ON_HOST_MAINTENANCE"
@@ -21,11 +21,8 @@ TERMINATE = "TERMINATE_ON_HOST_MAINTENANCE"
 def submit_training(stack, script: str, tmp_path: Path, *extra: str) -> tuple[int, Path]:
     out = tmp_path / f"{script}.sha256"
     port = ("--coord-port", str(free_port())) if "orbax" in script else ()
-    # JAX's preemption sync point is agreed through its coordination service; with steps
-    # much shorter than that round trip the agreed step can pass unseen (a JAX race, seen
-    # once in ~6 runs at 0.05 s/step on 2 loaded cores), so Orbax gets slower steps
-    delay = "0.2" if "orbax" in script else "0.05"
-    job_id = stack.submit(*extra, str(EXAMPLES / script), *TRAIN_ARGS, "--step-delay", delay,
+    job_id = stack.submit(*extra, str(EXAMPLES / script), *TRAIN_ARGS,
+                          "--step-delay", step_delay(script),
                           *port, "--out", str(out), cwd=tmp_path)
     return job_id, out
 
