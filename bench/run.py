@@ -76,10 +76,16 @@ ROWS = (
     Row("scheduling pass", "policy_plan_median_ms", "policy_sorted_baseline_median_ms",
         "sorted() of the same 100k keys", 100.0),
     # team deployment (PostgreSQL + Celery on Redis); the embedded rows above, same run
+    Row("team submit wall p50", "team_submit_wall_p50_ms", "team_python_pass_paired_p50_ms",
+        "python -c pass, p50 (paired)", 100.0),
     Row("team submit->start p50", "team_submit_to_start_p50_ms", "team_start_floor_p50_ms",
         "python -c pass + raw Celery send->start, p50", None),
     Row("team submit->start p95", "team_submit_to_start_p95_ms", "team_start_floor_p95_ms",
         "python -c pass + raw Celery send->start, p95", None),
+    Row("team no-agent wall p50", "team_direct_submit_wall_p50_ms",
+        "team_direct_python_pass_paired_p50_ms", "python -c pass, p50 (paired)", None),
+    Row("team no-agent ->start", "team_direct_submit_to_start_p50_ms",
+        "team_start_floor_p50_ms", "python -c pass + raw Celery send->start, p50", None),
     Row("team turnover per job", "team_turnover_ms_per_job", "celery_turnover_ms_per_job",
         "raw Celery: tasks running /bin/true", 18.0),
     # preemption (embedded, fake metadata server, bench/coop_job.py)
@@ -135,8 +141,11 @@ def measure(sizes: Sizes, keep: bool, log: Callable[[str], None]) -> tuple[dict[
             with team.CeleryWorker(stack) as worker:
                 out = team.celery_round_trip(worker, sizes.celery_runs)
                 out.update(team.celery_turnover(worker, sizes.team_turnover_jobs))
-            s2s = submit.submit_to_start(stack, sizes.team_latency_runs)
-        out.update({f"team_{k}": v for k, v in s2s.items()})
+            runs = sizes.team_latency_runs
+            for prefix, env in (("team_", None), ("team_direct_", submit.NO_AGENT)):
+                got = {**submit.submit_to_start(stack, runs, env),
+                       **submit.wall_time(stack, runs, env)}
+                out.update({f"{prefix}{k}": v for k, v in got.items()})
         return out
 
     def team_queue() -> dict[str, float]:

@@ -1,4 +1,8 @@
-"""`tpuq submit` through the real CLI, with an embedded agent running.
+"""`tpuq submit` through the real CLI, with an agent running (embedded or team).
+
+In the team deployment the CLI on a host hands the job to its agent's socket; with
+NO_AGENT (the socket moved away) it is a machine without an agent, which writes
+PostgreSQL and rings Celery itself.
 
 - wall time: launching `tpuq submit -q -- /bin/true` until it exits (it prints the id);
 - submit->start: from just before launching `tpuq submit` to the moment the job's own
@@ -24,13 +28,15 @@ from bench.embedded import BenchError, EmbeddedStack, wait_for
 from bench.stats import summary
 
 WARMUP = 2
+NO_AGENT = {"TPUQ_AGENT_SOCKET": "/nonexistent/tpuq-bench/agent.sock"}
 
 
-def _submit(stack: EmbeddedStack, argv: list[str]) -> tuple[int, float]:
-    """(job id, wall ms) of one CLI submit."""
+def _submit(stack: EmbeddedStack, argv: list[str],
+            env: dict[str, str] | None = None) -> tuple[int, float]:
+    """(job id, wall ms) of one CLI submit; `env` adds to the stack's environment."""
     t0 = time.perf_counter()
-    done = subprocess.run(argv, env=stack.env, cwd=stack.home, capture_output=True, text=True,
-                          check=False)
+    done = subprocess.run(argv, env={**stack.env, **(env or {})}, cwd=stack.home,
+                          capture_output=True, text=True, check=False)
     wall = (time.perf_counter() - t0) * 1000.0
     if done.returncode != 0:
         raise BenchError(f"tpuq submit exited {done.returncode}: {done.stderr.strip()}")
@@ -46,13 +52,14 @@ def _python_pass_ms() -> float:
     return (time.perf_counter() - t0) * 1000.0
 
 
-def wall_time(stack: EmbeddedStack, runs: int) -> dict[str, float]:
+def wall_time(stack: EmbeddedStack, runs: int,
+              env: dict[str, str] | None = None) -> dict[str, float]:
     """submit_wall_* and, paired with it, python_pass_paired_*."""
     argv = stack.submit_argv(["/bin/true"])
     samples, paired = [], []
     for i in range(WARMUP + runs):
         base = _python_pass_ms()
-        job_id, wall = _submit(stack, argv)
+        job_id, wall = _submit(stack, argv, env)
         stack.wait_ended([job_id], timeout=30)
         if i >= WARMUP:
             samples.append(wall)
@@ -69,14 +76,15 @@ def _read_stamp(path: str) -> float | None:
     return float(text) if text.endswith("\n") else None  # `date` writes it in one go
 
 
-def submit_to_start(stack: EmbeddedStack, runs: int) -> dict[str, float]:
+def submit_to_start(stack: EmbeddedStack, runs: int,
+                    env: dict[str, str] | None = None) -> dict[str, float]:
     date = shutil.which("date") or "/bin/date"
     samples = []
     for i in range(WARMUP + runs):
         stamp = os.path.join(stack.home, f"started-{i}")
         argv = stack.submit_argv(["/bin/sh", "-c", f"{date} +%s.%N > {stamp}"])
         t0 = time.time()
-        job_id, _ = _submit(stack, argv)
+        job_id, _ = _submit(stack, argv, env)
         started: float = wait_for(partial(_read_stamp, stamp), 30, 0.002,
                                   f"job {job_id} to start")
         stack.wait_ended([job_id], timeout=30)

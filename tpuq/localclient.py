@@ -1,7 +1,11 @@
-"""The CLI's side of the agent's Unix socket (embedded deployment).
+"""The CLI's side of the local agent's Unix socket (both deployments).
 
 Import-light on purpose: `tpuq submit` through the socket must not load SQLAlchemy,
-which alone costs ~200 ms, so a submit finishes in tens of milliseconds.
+which alone costs ~200 ms (and Celery, in the team deployment, as much again), so a
+submit on a host with an agent finishes in tens of milliseconds.
+
+Every request names the deployment (Settings.deployment); an agent serving another one
+answers `other_deployment`, which callers treat like no agent at all.
 """
 
 from __future__ import annotations
@@ -12,34 +16,49 @@ from typing import Any
 
 
 class AgentUnavailable(OSError):
-    pass
+    """Nobody answers on the socket, or the agent there serves another deployment: the
+    request was not carried out, so the caller may do it another way."""
+
+
+class AgentNoAnswer(OSError):
+    """The request reached an agent but no answer came back: it may have been carried
+    out (a submit committed just before the agent died), so it must not be redone."""
 
 
 def call(path: str, request: dict[str, Any], timeout: float = 30.0) -> dict[str, Any]:
-    """One request, one reply. AgentUnavailable when no agent listens at `path`."""
+    """One request, one reply."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(timeout)
     try:
         try:
             s.connect(path)
-        except (FileNotFoundError, ConnectionRefusedError) as e:
+        except OSError as e:  # missing, refused, not ours to open: nothing was sent
             raise AgentUnavailable(str(e)) from None
-        s.sendall(json.dumps(request).encode() + b"\n")
-        s.shutdown(socket.SHUT_WR)
-        chunks = []
-        while chunk := s.recv(65536):
-            chunks.append(chunk)
+        try:
+            s.sendall(json.dumps(request).encode() + b"\n")
+            s.shutdown(socket.SHUT_WR)
+            chunks = []
+            while chunk := s.recv(65536):
+                chunks.append(chunk)
+        except OSError as e:
+            raise AgentNoAnswer(f"the agent at {path} did not answer ({e})") from None
     finally:
         s.close()
     if not chunks:
-        raise AgentUnavailable("agent closed the connection without answering")
-    reply: dict[str, Any] = json.loads(b"".join(chunks))
+        raise AgentNoAnswer(f"the agent at {path} closed the connection without answering")
+    try:
+        reply: dict[str, Any] = json.loads(b"".join(chunks))
+    except ValueError:
+        raise AgentNoAnswer(f"the agent at {path} answered garbled") from None
+    if reply.get("other_deployment"):
+        raise AgentUnavailable(reply.get("error", "the agent serves another deployment"))
     return reply
 
 
-def wake(path: str) -> bool:
-    """Ring the local agent; False when none is running (it will poll the database)."""
+def wake(path: str, deployment: str | None) -> bool:
+    """Ring the local agent, which rings every agent in the team deployment. False when
+    no agent of this deployment runs here (agents poll the database anyway)."""
     try:
-        return bool(call(path, {"op": "wake"}, timeout=5.0).get("ok"))
+        return bool(call(path, {"op": "wake", "deployment": deployment}, timeout=5.0).get("ok"))
     except (OSError, ValueError):
         return False

@@ -42,6 +42,7 @@ ENV: dict[str, str] = {
     "fair_share_half_life_h": "TPUQ_FAIR_SHARE_HALF_LIFE_H",
     "broker_visibility_s": "TPUQ_BROKER_VISIBILITY_S",
     "maintenance_lead_s": "TPUQ_MAINTENANCE_LEAD_S",
+    "agent_socket": "TPUQ_AGENT_SOCKET",
 }
 CONFIG_ENV = "TPUQ_CONFIG"
 
@@ -79,6 +80,7 @@ class Settings:
     fair_share_half_life_h: float = 168.0
     broker_visibility_s: float = 3600.0  # Redis re-delivery timeout; irrelevant with early acks
     maintenance_lead_s: float = 300.0  # preempt this long before an announced window
+    agent_socket: str = ""  # empty = <home>/agent.sock
 
     # ---- derived -------------------------------------------------------------------
     @property
@@ -91,7 +93,34 @@ class Settings:
 
     @property
     def socket_path(self) -> str:
-        return os.path.join(self.home, "agent.sock")
+        """The local agent's Unix socket: submits and rings from this VM go through it."""
+        return self.agent_socket or os.path.join(self.home, "agent.sock")
+
+    @property
+    def socket_deployment(self) -> str | None:
+        """The deployment a request on the agent socket names. None (whatever the agent
+        serves) when this shell names the socket but no database: a login shell on a team
+        TPU VM (/etc/profile.d/tpuq.sh), where the host's agent is the queue meant."""
+        if self.agent_socket and not self.database_url:
+            return None
+        return self.deployment
+
+    @property
+    def deployment(self) -> str:
+        """Which queue this is: the database's location, without user or password.
+
+        The CLI sends it with every request on the agent socket, and an agent of another
+        deployment (a personal embedded agent, a team agent of another database) refuses.
+        """
+        from urllib.parse import urlsplit
+
+        url = urlsplit(self.db_url)
+        scheme = url.scheme.split("+", 1)[0]
+        if scheme == "sqlite":
+            return f"sqlite:{os.path.realpath(url.path[1:])}" if url.path[1:] else "sqlite:"
+        port = url.port or (5432 if scheme == "postgresql" else "")
+        where = f"{(url.hostname or '').lower()}:{port}"
+        return f"{scheme}://{where}{url.path}" + (f"?{url.query}" if url.query else "")
 
     @property
     def logs_dir(self) -> str:

@@ -152,6 +152,15 @@ fi
 if [[ -z "$(env_get TPUQ_HOME)" ]]; then
   env_set TPUQ_HOME "$STATE_HOME"
 fi
+# Users' shells find the agent's socket, so `tpuq submit` on this VM goes through the
+# agent (tens of ms, and without database credentials); the socket is mode 0666 and the
+# agent takes the submitter's user name from the kernel (SO_PEERCRED).
+socket_path="$(env_get TPUQ_AGENT_SOCKET)"
+socket_path="${socket_path:-$(env_get TPUQ_HOME)/agent.sock}"
+profile_line="export TPUQ_AGENT_SOCKET=$socket_path"
+if [[ "$(cat /etc/profile.d/tpuq.sh 2>/dev/null)" != "$profile_line" ]]; then
+  printf '%s\n' "$profile_line" >/etc/profile.d/tpuq.sh
+fi
 
 # ---- 3. the unit -----------------------------------------------------------------------
 # A copy of workers/tpuq-agent.service: a startup script arrives alone, without the repo.

@@ -69,3 +69,34 @@ def test_every_option_can_come_from_the_environment(stack):
     assert r.returncode == 2 and "cannot read duration 'later'" in r.stderr
     r = stack.tpuq("submit", "-q", "--", "/bin/true", TPUQ_SUBMIT_HOLD="1")
     assert stack.job(int(r.stdout)).state == "held"
+
+
+def test_an_agent_that_takes_a_submit_and_dies_unanswered_gets_no_second_copy(stack, tmp_path):
+    """The agent may have committed the job before it died: the CLI must not queue it
+    again by the direct path, and says how to check."""
+    import socket
+    import threading
+
+    path = str(tmp_path / "agent.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(1)
+    got = []
+
+    def take_and_die() -> None:
+        conn, _ = server.accept()
+        with conn:
+            got.append(conn.makefile("rb").read())  # the whole request, then no answer
+
+    t = threading.Thread(target=take_and_die, daemon=True)
+    t.start()
+    try:
+        r = stack.tpuq("submit", "--", "/bin/true", check=False, TPUQ_AGENT_SOCKET=path)
+    finally:
+        t.join(10)
+        server.close()
+    assert got and b'"op": "submit"' in got[0], "the request reached the agent"
+    assert r.returncode == 1, r.stderr
+    assert "closed the connection without answering" in r.stderr
+    assert "tpuq status --mine" in r.stderr and "Traceback" not in r.stderr
+    assert stack.tpuq("status", "--json").stdout.strip() == "[]", "no second copy queued"

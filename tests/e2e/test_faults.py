@@ -54,12 +54,10 @@ class Chaos:
         return job_id
 
     def wake(self) -> None:
-        localclient.wake(self.socket_path())
-
-    def socket_path(self) -> str:
         from tpuq.settings import load
 
-        return load(self.stack.env(self.host)).socket_path
+        cfg = load(self.stack.env(self.host))
+        localclient.wake(cfg.socket_path, cfg.deployment)
 
     def running(self, ids: list[int]) -> list[Attempt]:
         with self.stack.db.read() as s:

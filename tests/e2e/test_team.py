@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import FakeHost, fixture_cmd, wait_for
+from tests.harness import FakeHost, Stack, fixture_cmd, wait_for
 from tests.services import free_port
 from tpuq.state import attempts, leader
-from tpuq.state.models import Leader
+from tpuq.state.models import Job, Leader
 
 pytestmark = pytest.mark.team
 
@@ -122,6 +122,10 @@ def test_dead_host_jobs_requeue_after_lease_expiry_and_run_elsewhere(team_stack,
     first = team_stack.attempts(job_id)[0]
     assert first.outcome == "lost" and "lease expired" in first.reason
     assert job.failures == 0
+    # its output never reached Redis: `tpuq logs` elsewhere says where the file is
+    wait_for(lambda: f"the whole log is tpu-0:{first.log_path}" in team_stack.tpuq(
+        "logs", str(job_id), "--attempt", "1", TPUQ_HOST="laptop").stderr, 30,
+        "tpuq logs to name the dead host's log file")
     assert agent_b.proc.poll() is None
 
 
@@ -220,3 +224,47 @@ def test_logs_follow_from_another_machine_reads_the_stream(team_stack, host, tmp
     assert r.stdout.splitlines() == ["first", "second"]
     assert "(tpu-a)" in r.stderr
     assert team_stack.job(job_id).state == "succeeded"
+
+
+def test_submit_on_a_host_goes_through_its_agent(team_stack, host):
+    """On a TPU VM `tpuq submit` hands the job to the local agent: the CLI needs neither
+    working database credentials nor the broker (the agent writes and rings)."""
+    team_stack.start_agent(host)
+    pg = team_stack.extra["TPUQ_DATABASE_URL"]
+    no_such_role = pg.replace("postgres@", "nobody_here@", 1)
+    assert no_such_role != pg
+    job_id = team_stack.submit("--", "/bin/true", TPUQ_DATABASE_URL=no_such_role,
+                               TPUQ_BROKER_URL=f"redis://127.0.0.1:{free_port()}/0")
+    job = team_stack.wait_state(job_id, "succeeded")
+    assert job.owner == "tester"
+    # and without the agent the same CLI settings fail: the role really does not exist
+    team_stack.agents[0].stop()
+    r = team_stack.tpuq("submit", "--", "/bin/true", check=False,
+                        TPUQ_DATABASE_URL=no_such_role)
+    assert r.returncode == 1 and "nobody_here" in r.stderr, r.stderr
+
+
+def test_submit_beside_an_agent_of_another_deployment_goes_to_its_own(team_stack, host):
+    """A personal embedded agent answering on the socket must not take a team job."""
+    personal = Stack(home=team_stack.home)  # same TPUQ_HOME, embedded settings
+    try:
+        personal.start_agent(host)
+        job_id = team_stack.submit("--hold", "--", "/bin/true")
+        assert team_stack.job(job_id).state == "held"  # in PostgreSQL
+        with personal.db.read() as s:
+            assert s.query(Job).count() == 0, "the embedded agent took a team job"
+    finally:
+        personal.cleanup()
+
+
+def test_a_login_shell_on_a_team_host_submits_to_the_team_queue(team_stack, host, tmp_path):
+    """/etc/profile.d/tpuq.sh sets only TPUQ_AGENT_SOCKET: a shell with no team settings
+    must still queue into the team's database through the host's agent, never into a
+    private SQLite file of its own."""
+    team_stack.start_agent(host)
+    own_home = tmp_path / "user-home"
+    job_id = team_stack.submit("--", "/bin/true", TPUQ_HOME=str(own_home),
+                               TPUQ_DATABASE_URL="", TPUQ_BROKER_URL="",
+                               TPUQ_AGENT_SOCKET=str(team_stack.home / "agent.sock"))
+    assert team_stack.wait_state(job_id, "succeeded").state == "succeeded"
+    assert not (own_home / "tpuq.db").exists(), "nothing queued into a private database"

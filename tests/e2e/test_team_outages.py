@@ -133,6 +133,32 @@ def test_redis_down_for_a_minute_loses_nothing_runs_nothing_twice(team_stack, ho
     assert agent.proc.poll() is None
 
 
+def test_logs_read_after_redis_lost_part_of_the_output_say_where_the_rest_is(
+        team_stack, host, tmp_path):
+    """Redis restarted empty while a job ran: `tpuq logs` elsewhere prints what Redis has
+    and says how much is missing and where the whole log is, never a part as the whole."""
+    team_stack.start_agent(host)
+    gate = tmp_path / "gate"
+    job_id = team_stack.submit("--", "/bin/sh", "-c",
+                               'echo first; until [ -e "$0" ]; do sleep 0.05; done; echo second',
+                               str(gate))
+    elsewhere = {"TPUQ_HOST": "laptop"}
+    wait_for(lambda: team_stack.tpuq("logs", str(job_id), **elsewhere).stdout == "first\n",
+             30, "the first line shipped to Redis")
+    team_stack.redis.stop()  # it keeps nothing on disk: "first" is gone with it
+    team_stack.redis.start()
+    gate.touch()
+    team_stack.wait_state(job_id, "succeeded")
+    wait_for(lambda: "second" in team_stack.tpuq("logs", str(job_id), **elsewhere).stdout,
+             30, "the rest shipped to the new Redis")
+    r = team_stack.tpuq("logs", str(job_id), **elsewhere)
+    assert r.stdout == "second\n"
+    log_path = team_stack.attempts(job_id)[0].log_path
+    assert f"6 bytes of attempt 1's output are no longer in Redis; the whole log is " \
+           f"tpu-a:{log_path}" in r.stderr, r.stderr
+    assert "first\nsecond\n" == Path(log_path).read_text(), "the host's file has it all"
+
+
 # ---- PostgreSQL -------------------------------------------------------------------------
 def test_postgres_restart_agents_reconnect_and_go_on(team_stack_private_pg, host, tmp_path):
     stack, out, gate = team_stack_private_pg, outdir(tmp_path), tmp_path / "gate"

@@ -5,12 +5,17 @@ from __future__ import annotations
 
 from itertools import islice
 
-from tpuq.queue.logstream import LogShipper, follow
+from tpuq.queue import logstream
+from tpuq.queue.logstream import LogShipper, Piece, follow
+
+
+def pieces(url: str) -> list[Piece | None]:
+    """What `tpuq logs -f` reads: ends at the end marker (a None means still waiting)."""
+    return list(islice(follow(url, 7, 1, wait=True, block_ms=100), 5))
 
 
 def shipped(url: str) -> list[bytes | None]:
-    """What `tpuq logs -f` reads: ends at the end marker (a None means still waiting)."""
-    return list(islice(follow(url, 7, 1, wait=True, block_ms=100), 5))
+    return [p.data for p in pieces(url) if p is not None and not p.end]
 
 
 def test_output_of_an_attempt_that_ended_while_redis_was_down_arrives_after(
@@ -25,6 +30,34 @@ def test_output_of_an_attempt_that_ended_while_redis_was_down_arrives_after(
     shipper.ship(7, 1, str(log), final=True)  # the attempt ends during the outage
     redis_server.start()
     shipper.ship_unfinished()
-    assert shipped(redis_server.url) == [b"second\n"], "the rest and the end marker"
+    assert pieces(redis_server.url) == [Piece(b"second\n", offset=6), Piece(b"", end=True)], \
+        "the rest, where it starts in the file (the reader can tell 6 bytes are gone), the end"
     shipper.ship_unfinished()  # nothing is owed any more: no second copy
     assert shipped(redis_server.url) == [b"second\n"]
+
+
+def test_a_chatty_attempt_keeps_only_its_newest_bytes_in_redis(redis_server, tmp_path,
+                                                                monkeypatch):
+    """Redis keeps at most MAX_BYTES of an attempt (the doorbell must not run out of memory
+    for one chatty job), and what it keeps says where in the file it starts."""
+    monkeypatch.setattr(logstream, "MAX_BYTES", 1000)
+    monkeypatch.setattr(logstream, "CHUNK", 100)
+    log = tmp_path / "1.log"
+    shipper = LogShipper(redis_server.url)
+
+    def kept() -> tuple[int | None, bytes]:
+        got = [p for p in follow(redis_server.url, 7, 1, wait=False) if p is not None]
+        return got[0].offset, b"".join(p.data for p in got)
+
+    log.write_bytes(b"a" * 300)
+    shipper.ship(7, 1, str(log))
+    assert kept() == (0, b"a" * 300)
+    with open(log, "ab") as f:
+        f.write(b"b" * 900)
+    shipper.ship(7, 1, str(log))  # 1200 bytes shipped, the oldest 200 trimmed
+    assert kept() == (200, log.read_bytes()[200:])
+    with open(log, "ab") as f:
+        f.write(b"c" * 5000)
+    shipper.ship(7, 1, str(log))  # a burst over the cap: only its newest 1000 bytes go
+    assert kept() == (5200, b"c" * 1000)
+    assert shipper.redis.xlen(logstream.key(7, 1)) == 10

@@ -29,6 +29,7 @@ from tpuq.spec import JobSpec, SpecError
 from tpuq.state import attempts, hosts, jobs
 from tpuq.state.attempts import Ending
 from tpuq.state.db import Database
+from tpuq.state.outage import is_outage
 from tpuq.state.states import JobState, Outcome, StopRequest
 
 log = logging.getLogger("tpuq.agent")
@@ -159,9 +160,8 @@ class Agent:
                            chips=[c.index for c in self.chips], boot_id=self.boot_id,
                            agent_pid=os.getpid())
         self.recover()
-        if self.settings.embedded:
-            self.sock = LocalSocketServer(self.settings.socket_path, self.handle_local).start()
-        else:
+        self._serve_socket()
+        if not self.settings.embedded:
             from tpuq.queue.worker import HostWorker
 
             # one slot per chip (each a possible 1-chip job) plus room for rings
@@ -180,6 +180,19 @@ class Agent:
         log.info("agent on %s: %d chips (%s), tpu type %s, boot %s, database %s", self.name,
                  len(self.chips), ",".join(str(c.index) for c in self.chips),
                  self.tpu_type or "unknown", self.boot_id[:8], self.db.safe_url)
+
+    def _serve_socket(self) -> None:
+        """The local socket: submits and rings from this VM skip SQLAlchemy and Celery.
+
+        Embedded, the CLI checked before that no other agent answers there. In the team
+        deployment several agents may share a state directory (fake hosts on one machine):
+        the first one serves it, and any of them does, since they share one database.
+        """
+        path = self.settings.socket_path
+        if not self.settings.embedded and socket_has_agent(path, self.settings.deployment):
+            log.info("another agent answers on %s; it takes this VM's submissions", path)
+            return
+        self.sock = LocalSocketServer(path, self.handle_local).start()
 
     def _take_pidlock(self) -> None:
         """One agent per state directory: a second one would fight over the same chips."""
@@ -251,17 +264,33 @@ class Agent:
         if not self.stopping.is_set():
             self.executor.poll_assigned()
 
-    # ---- local requests (embedded) ---------------------------------------------------------
+    # ---- local requests (the CLI on this VM) -----------------------------------------------
     def handle_local(self, req: dict[str, Any], uid: int) -> dict[str, Any]:
         op = req.get("op")
-        if op == "wake":
-            self.wake_all()
-            return {"ok": True}
         if op == "ping":
-            return {"ok": True, "pid": os.getpid(), "host": self.name}
+            return {"ok": True, "pid": os.getpid(), "host": self.name,
+                    "deployment": self.settings.deployment}
+        if req.get("deployment") not in (None, self.settings.deployment):
+            return {"ok": False, "other_deployment": True,
+                    "error": f"this agent serves {self.settings.deployment}"}
+        if op == "wake":
+            self.announce()
+            return {"ok": True}
         if op == "submit":
             return self._local_submit(req, uid)
         return {"ok": False, "error": f"unknown request {op!r}"}
+
+    def announce(self) -> None:
+        """The queue changed: look here now and, in the team deployment, ring every agent
+        (the leader may be elsewhere; a cancelled job may run elsewhere)."""
+        self.wake_all()
+        if not self.settings.embedded:
+            from tpuq.queue import doorbell
+
+            # in the background: the CLI's answer must not wait on a broker that is away
+            # (the change is committed; agents poll)
+            threading.Thread(target=doorbell.ring_scheduler, name="announce",
+                             daemon=True).start()
 
     def _local_submit(self, req: dict[str, Any], uid: int) -> dict[str, Any]:
         try:
@@ -275,7 +304,15 @@ class Agent:
                 job_id = jobs.submit(s, spec, held=bool(req.get("held")))
         except SpecError as e:  # a shape no registered host can give
             return {"ok": False, "error": str(e)}
-        self.sched_ticker.wake()
+        except Exception as e:
+            if not is_outage(e):
+                raise
+            first = (str(getattr(e, "orig", e)).strip().splitlines() or ["?"])[0]
+            return {"ok": False, "unavailable": True, "error": f"cannot use the database: {first}"}
+        if self.settings.embedded:
+            self.sched_ticker.wake()
+        else:
+            self.announce()
         return {"ok": True, "id": job_id}
 
     # ---- notices and stopping -------------------------------------------------------------
@@ -377,8 +414,10 @@ class Agent:
         log.info("agent stopped")
 
 
-def socket_has_agent(path: str) -> bool:
+def socket_has_agent(path: str, deployment: str | None = None) -> bool:
+    """An agent answers on `path` (serving `deployment`, when one is named)."""
     try:
-        return bool(localclient.call(path, {"op": "ping"}, timeout=2.0).get("ok"))
+        reply = localclient.call(path, {"op": "ping"}, timeout=2.0)
     except (OSError, ValueError):
         return False
+    return bool(reply.get("ok")) and deployment in (None, reply.get("deployment"))

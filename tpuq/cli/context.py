@@ -31,15 +31,18 @@ def database(cfg: Settings) -> Database:
 
 
 def ring(cfg: Settings) -> None:
-    """Tell the scheduler and agents something changed; they poll if nobody answers."""
-    if cfg.embedded:
-        from tpuq import localclient
+    """Tell the scheduler and agents something changed; they poll if nobody answers.
 
-        localclient.wake(cfg.socket_path)
-    else:
-        from tpuq.queue import doorbell
+    Through the local agent when one runs here (in the team deployment it passes the ring
+    on through Celery, so the CLI need not import Celery); otherwise Celery directly.
+    """
+    from tpuq import localclient
 
-        doorbell.ring_scheduler(cfg)
+    if localclient.wake(cfg.socket_path, cfg.socket_deployment) or cfg.embedded:
+        return
+    from tpuq.queue import doorbell
+
+    doorbell.ring_scheduler(cfg)
 
 
 def echo_json(data: Any) -> None:

@@ -71,17 +71,36 @@ def _print_file(number: int, path: str, printed: dict[int, int], header: bool) -
 
 
 def _print_stream(cfg: Any, db: Any, job_id: int, a: Any, header: bool, follow: bool) -> None:
+    """The attempt's output from Redis, with a note wherever Redis no longer has all of it
+    (trimmed by the cap, expired, or lost in a Redis restart): the file on the job's host
+    always has everything."""
     from tpuq.queue import logstream
 
     if header:
         click.echo(f"==> attempt {a.number} ({a.host}) <==", err=True)
-    for chunk in logstream.follow(cfg.broker_url, job_id, a.number, wait=follow):
-        if chunk is None:  # nothing new: stop if the attempt ended and no end marker comes
+    where = f"{a.host}:{a.log_path}"
+    at = 0  # the file offset the next piece should start at
+    for piece in logstream.follow(cfg.broker_url, job_id, a.number, wait=follow):
+        if piece is None:  # nothing new: stop if the attempt ended and no end marker comes
             if _attempt_over(db, job_id, a.number):
-                return
+                break
             continue
-        sys.stdout.buffer.write(chunk)
+        if piece.end:
+            return
+        data = piece.data
+        if piece.offset is not None:
+            if piece.offset > at:
+                click.echo(f"tpuq: {piece.offset - at} bytes of attempt {a.number}'s output "
+                           f"are no longer in Redis; the whole log is {where}", err=True)
+            data = data[max(0, at - piece.offset):]  # shipped twice (a lost reply): once
+            at = max(at, piece.offset + len(piece.data))
+        sys.stdout.buffer.write(data)
         sys.stdout.flush()
+    if _attempt_over(db, job_id, a.number):  # over, and its end marker is not there
+        what = "the end of" if at else "any of"
+        click.echo(f"tpuq: {what} attempt {a.number}'s output is not in Redis (its host "
+                   f"died, or it expired, or Redis restarted); the whole log is {where}",
+                   err=True)
 
 
 def _attempt_over(db: Any, job_id: int, number: int, settle_s: float = 3.0) -> bool:

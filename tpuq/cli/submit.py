@@ -1,8 +1,8 @@
 """`tpuq submit`: build a checked job spec and queue it.
 
-Fast path: hand the spec to the local agent over its Unix socket (no SQLAlchemy import,
-tens of milliseconds). Without an agent, or in the team deployment, write it to the
-database directly.
+Fast path, in both deployments: hand the spec to the local agent over its Unix socket
+(no SQLAlchemy or Celery import, tens of milliseconds); the agent writes it and rings.
+On a machine without an agent of this deployment, write it to the database directly.
 """
 
 from __future__ import annotations
@@ -135,18 +135,22 @@ def submit(command: tuple[str, ...], name: str | None, chips: int | None, tpu_ty
 
 
 def _send(cfg, spec: JobSpec, hold: bool) -> tuple[int, str]:  # type: ignore[no-untyped-def]
-    if cfg.embedded:
-        from tpuq import localclient
+    from tpuq import localclient
 
-        try:
-            reply = localclient.call(cfg.socket_path,
-                                     {"op": "submit", "spec": spec.to_dict(), "held": hold})
-        except localclient.AgentUnavailable:
-            pass
-        else:
-            if not reply.get("ok"):
-                raise UserError(reply.get("error", "the agent refused the job"))
-            return int(reply["id"]), ""
+    try:
+        reply = localclient.call(cfg.socket_path, {"op": "submit", "spec": spec.to_dict(),
+                                                   "held": hold,
+                                                   "deployment": cfg.socket_deployment})
+    except localclient.AgentUnavailable:
+        pass  # nothing was queued: write the database directly
+    except localclient.AgentNoAnswer as e:
+        raise Unavailable(f"{e}. The job may be queued or not: see `tpuq status --mine` "
+                          "before submitting it again") from None
+    else:
+        if not reply.get("ok"):
+            error = reply.get("error", "the agent refused the job")
+            raise Unavailable(error) if reply.get("unavailable") else UserError(error)
+        return int(reply["id"]), ""
     from tpuq.state import jobs
 
     db = context.database(cfg)

@@ -3,18 +3,31 @@ Redis stream, so `tpuq logs ID -f` works from any machine with the team configur
 
 The job itself writes to a local file (the agent is never in its output path, so an
 agent restart cannot SIGPIPE a job); a small ticker tails the files of running attempts
-into `tpuq:log:<job>:<attempt>` (MAXLEN ~ LINES entries, expiring after a week).
+into `tpuq:log:<job>:<attempt>`, capped in bytes and entries and expiring a week after
+the attempt.
+
+Each entry carries the file offset of its bytes, so a reader knows when the stream no
+longer starts at the beginning (trimmed, or lost in a Redis restart) and can say so,
+and where the whole file is, instead of printing part of a log as if it were all.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
+from collections import deque
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 log = logging.getLogger("tpuq.queue")
-MAXLEN = 20_000  # stream entries kept per attempt (each up to CHUNK bytes)
+# What one attempt may keep in Redis (the file on its host has everything): the newest
+# MAX_BYTES of its output, in at most MAX_ENTRIES entries (a quiet job's entries are
+# small; one per shipping tick is ~14 h of them). A shared Redis is the team's doorbell:
+# one chatty job must not be able to fill its memory.
+MAX_BYTES = 64 * 1024 * 1024
+MAX_ENTRIES = 100_000
 CHUNK = 64 * 1024
 TTL_S = 7 * 86400
 
@@ -29,12 +42,36 @@ def client(url: str) -> Any:
     return redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=2)
 
 
+@dataclass
+class _Shipped:
+    """One attempt's stream as its shipper knows it: the file offset to ship from next,
+    and the entries it holds (id, bytes), oldest first, to trim it by bytes."""
+
+    offset: int = 0
+    kept: deque[tuple[bytes, int]] = field(default_factory=deque)
+    kept_bytes: int = 0
+
+    def added(self, entry_id: bytes, size: int) -> None:
+        self.kept.append((entry_id, size))
+        self.kept_bytes += size
+        self.offset += size
+
+    def trim_to(self) -> bytes | None:
+        """The oldest entry id to keep, if older ones are over the limits."""
+        trimmed = False
+        while len(self.kept) > 1 and (self.kept_bytes > MAX_BYTES
+                                      or len(self.kept) > MAX_ENTRIES):
+            self.kept_bytes -= self.kept.popleft()[1]
+            trimmed = True
+        return self.kept[0][0] if trimmed else None
+
+
 class LogShipper:
     """Tails log files of running attempts into Redis streams; never fails a job."""
 
     def __init__(self, url: str) -> None:
         self.redis = client(url)
-        self._offsets: dict[tuple[int, int], int] = {}
+        self._streams: dict[tuple[int, int], _Shipped] = {}
         # attempts that ended while Redis was away: their tail and end marker still owed
         self._unfinished: dict[tuple[int, int], str] = {}
         self._lock = threading.Lock()
@@ -49,36 +86,55 @@ class LogShipper:
     def ship(self, job_id: int, attempt: int, path: str, final: bool = False) -> None:
         k = (job_id, attempt)
         with self._lock:
-            offset = self._offsets.get(k, 0)
+            st = self._streams.setdefault(k, _Shipped())
             try:
-                with open(path, "rb") as f:
-                    f.seek(offset)
-                    while chunk := f.read(CHUNK):
-                        self.redis.xadd(key(*k), {"d": chunk}, maxlen=MAXLEN, approximate=True)
-                        offset += len(chunk)
-            except FileNotFoundError:
-                pass
+                self._ship_new(key(*k), st, path)
             except Exception as e:  # noqa: BLE001 - Redis down: ship later, the file is safe
                 log.debug("log shipping for job %s paused: %s", job_id, e)
-                self._offsets[k] = offset
                 if final:
                     self._unfinished[k] = path
                 return
-            self._offsets[k] = offset
             if final:
                 try:
-                    self.redis.xadd(key(*k), {"eof": b"1"}, maxlen=MAXLEN, approximate=True)
+                    self.redis.xadd(key(*k), {"eof": b"1"})
                     self.redis.expire(key(*k), TTL_S)
-                    self._offsets.pop(k, None)
+                    self._streams.pop(k, None)
                     self._unfinished.pop(k, None)
                 except Exception as e:  # noqa: BLE001
                     log.debug("log end marker for job %s not shipped: %s", job_id, e)
                     self._unfinished[k] = path
 
+    def _ship_new(self, name: str, st: _Shipped, path: str) -> None:
+        try:
+            f = open(path, "rb")
+        except FileNotFoundError:
+            return
+        with f:
+            # more than Redis may keep: skip what would be trimmed at once (the reader
+            # sees the gap in the offsets and says where the whole file is)
+            st.offset = max(st.offset, os.fstat(f.fileno()).st_size - MAX_BYTES)
+            f.seek(st.offset)
+            while chunk := f.read(CHUNK):
+                st.added(self.redis.xadd(name, {"d": chunk, "o": st.offset}), len(chunk))
+        oldest = st.trim_to()
+        if oldest is not None:
+            self.redis.xtrim(name, minid=oldest, approximate=False)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Output from the stream: `data` starts at byte `offset` of the attempt's log file
+    (None from an agent that did not record it); `end` is the attempt's end marker."""
+
+    data: bytes
+    offset: int | None = None
+    end: bool = False
+
 
 def follow(url: str, job_id: int, attempt: int, wait: bool,
-           block_ms: int = 1000) -> Iterator[bytes | None]:
-    """Yield the attempt's output chunks; with `wait`, block for more until its end.
+           block_ms: int = 1000) -> Iterator[Piece | None]:
+    """Yield the attempt's output; with `wait`, block for more until its end marker
+    (the last piece, `end=True`).
 
     Yields None while waiting (so the caller can check whether the job ended).
     """
@@ -94,6 +150,6 @@ def follow(url: str, job_id: int, attempt: int, wait: bool,
         for entry_id, fields in batch[0][1]:
             last = entry_id
             if b"eof" in fields:
+                yield Piece(b"", end=True)
                 return
-            yield fields[b"d"]
-
+            yield Piece(fields[b"d"], int(fields[b"o"]) if b"o" in fields else None)

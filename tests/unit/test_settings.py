@@ -1,0 +1,47 @@
+"""Settings: which deployment a configuration names (the agent socket's guard)."""
+
+from __future__ import annotations
+
+from tpuq.settings import load
+
+
+def deployment(**env: str) -> str:
+    return load({"TPUQ_HOME": "/srv/tpuq", **env}).deployment
+
+
+def test_the_same_database_is_the_same_deployment_whoever_logs_in():
+    a = deployment(TPUQ_DATABASE_URL="postgresql://alice:secret@DB.lab:5432/tpuq")
+    b = deployment(TPUQ_DATABASE_URL="postgresql+psycopg://bob@db.lab:5432/tpuq")
+    assert a == b == "postgresql://db.lab:5432/tpuq"
+    assert "secret" not in a
+
+
+def test_another_server_port_or_database_is_another_deployment():
+    base = deployment(TPUQ_DATABASE_URL="postgresql://db.lab:5432/tpuq")
+    for other in ("postgresql://db2.lab:5432/tpuq", "postgresql://db.lab:5433/tpuq",
+                  "postgresql://db.lab:5432/tpuq2"):
+        assert deployment(TPUQ_DATABASE_URL=other) != base
+
+
+def test_embedded_deployment_is_the_sqlite_file_under_home():
+    assert deployment() == "sqlite:/srv/tpuq/tpuq.db"
+    assert deployment() != load({"TPUQ_HOME": "/srv/other"}).deployment
+    assert deployment() != deployment(TPUQ_DATABASE_URL="postgresql://db.lab/tpuq")
+
+
+def test_agent_socket_defaults_under_home_and_can_be_moved():
+    assert load({"TPUQ_HOME": "/srv/tpuq"}).socket_path == "/srv/tpuq/agent.sock"
+    moved = load({"TPUQ_HOME": "/srv/tpuq", "TPUQ_AGENT_SOCKET": "/run/tpuq.sock"})
+    assert moved.socket_path == "/run/tpuq.sock"
+
+
+def test_postgres_default_port_is_the_same_deployment_as_5432():
+    assert deployment(TPUQ_DATABASE_URL="postgresql://db.lab/tpuq") == \
+        deployment(TPUQ_DATABASE_URL="postgresql://db.lab:5432/tpuq")
+
+
+def test_a_shell_naming_only_the_socket_takes_the_agents_deployment():
+    assert load({"TPUQ_HOME": "/h", "TPUQ_AGENT_SOCKET": "/run/a.sock"}).socket_deployment is None
+    team = load({"TPUQ_DATABASE_URL": "postgresql://db/t", "TPUQ_AGENT_SOCKET": "/run/a.sock"})
+    assert team.socket_deployment == team.deployment
+    assert load({"TPUQ_HOME": "/h"}).socket_deployment == "sqlite:/h/tpuq.db"
