@@ -31,7 +31,7 @@ def test_unknown_job_is_a_clear_error(stack):
     r = stack.tpuq("show", "42", check=False)
     assert r.returncode == 2 and "job 42 does not exist" in r.stderr
     r = stack.tpuq("cancel", "42", check=False)
-    assert r.returncode == 1 and "job 42 does not exist" in r.stderr
+    assert r.returncode == 1 and r.stderr.strip() == "job 42: does not exist"
     assert "Traceback" not in r.stderr
 
 

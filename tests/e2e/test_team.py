@@ -126,6 +126,11 @@ def test_dead_host_jobs_requeue_after_lease_expiry_and_run_elsewhere(team_stack,
     wait_for(lambda: f"the whole log is tpu-0:{first.log_path}" in team_stack.tpuq(
         "logs", str(job_id), "--attempt", "1", TPUQ_HOST="laptop").stderr, 30,
         "tpuq logs to name the dead host's log file")
+    # and `tpuq status` says the dead host takes no work (stale after TPUQ_HOST_STALE_S)
+    lines = wait_for(lambda: [ln for ln in team_stack.tpuq("status").stdout.splitlines()
+                              if ln.startswith("tpu-0 ") and "silent" in ln], 30,
+                     "status to call tpu-0 silent")
+    assert lines[0].endswith("silent: gets no work")
     assert agent_b.proc.poll() is None
 
 
@@ -143,6 +148,35 @@ def test_leader_failover_keeps_dispatching(team_stack, tmp_path):
     assert {j.host for j in jobs} == {other}
     with team_stack.db.read() as s:
         assert s.get(Leader, "scheduler").holder == other
+
+
+def test_chips_freed_on_a_host_that_does_not_lead_are_used_at_once(team_stack, tmp_path):
+    """A job that ends on another host rings the leader: the queued job waiting for those
+    chips starts then, not at the leader's next poll (an hour away here)."""
+    slow = {"TPUQ_POLL_S": "3600", "TPUQ_LEASE_S": "3600"}
+    a, b = hosts(tmp_path, 2)
+    team_stack.start_agent(a, **slow)
+    wait_for(lambda: leader_of(team_stack) == "tpu-0", 30, "tpu-0 to lead")
+    team_stack.start_agent(b, **slow)
+    wait_for(lambda: (h := team_stack.host("tpu-1")) and h.heartbeat_at, 30, "tpu-1 to register")
+    gates = {n: tmp_path / f"gate-{n}" for n in (1, 2)}
+    first = {n: team_stack.submit(*fixture_cmd("until_gate.py", gates[n])) for n in gates}
+    for job_id in first.values():
+        team_stack.wait_log(job_id, "ready")
+    on_b = next(n for n, j in first.items() if team_stack.job(j).host == "tpu-1")
+    waiting = team_stack.submit("--", "/bin/true")
+    wait_for(lambda: "waiting for a free host" in team_stack.tpuq("status").stdout, 30,
+             "the third job to wait for a host")
+    gates[on_b].touch()
+    job = team_stack.wait_state(waiting, "succeeded", timeout=60)
+    assert job.host == "tpu-1"
+    assert leader_of(team_stack) == "tpu-0", "the leader scheduled it, not a new one"
+    assert team_stack.job(first[3 - on_b]).state == "running"
+
+
+def leader_of(stack: Stack) -> str | None:
+    with stack.db.read() as s:
+        return leader.current(s, "scheduler")
 
 
 def test_job_longer_than_visibility_timeout_runs_once(team_stack, host, tmp_path, out):

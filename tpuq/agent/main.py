@@ -115,6 +115,7 @@ class Agent:
                                  tpu_type=self.tpu_type, on_change=self.wake_scheduler)
         self.scheduler = Scheduler(db, settings, self.holder, ring=self.ring)
         self.worker: Any = None  # the Celery worker, team deployment only
+        self.ringer: Any = None  # the background ringer, team deployment only
         self.tickers: list[Ticker] = []  # started together once the agent is ready
         self.sched_ticker = Ticker("scheduler", settings.poll_s, self._schedule)
         self.sock: LocalSocketServer | None = None
@@ -139,7 +140,12 @@ class Agent:
         doorbell.ring_host(host, job_id, attempt)
 
     def wake_scheduler(self) -> None:
-        self.sched_ticker.wake()
+        """Chips were freed or this host changed: schedule now. When another agent leads,
+        ring it, or the freed chips would wait for its next poll."""
+        if self.ringer is None or self.scheduler.leading:
+            self.sched_ticker.wake()
+        else:
+            self.ringer.ring_leader()
 
     def wake_all(self) -> None:
         """Something changed in the database (cancel, drain, hold...): look now."""
@@ -155,6 +161,10 @@ class Agent:
     def start(self) -> None:
         os.makedirs(self.settings.home, exist_ok=True)
         self._take_pidlock()
+        if not self.settings.embedded:
+            from tpuq.queue.doorbell import Ringer
+
+            self.ringer = Ringer().start()
         with self.db.write() as s:
             hosts.register(s, self.name, tpu_type=self.tpu_type,
                            chips=[c.index for c in self.chips], boot_id=self.boot_id,
@@ -176,6 +186,7 @@ class Agent:
         ]
         for t in self.tickers:
             t.start()
+        self.wake_scheduler()  # a host that just came up: the leader may have work for it
         self.watcher.start()
         log.info("agent on %s: %d chips (%s), tpu type %s, boot %s, database %s", self.name,
                  len(self.chips), ",".join(str(c.index) for c in self.chips),
@@ -284,13 +295,8 @@ class Agent:
         """The queue changed: look here now and, in the team deployment, ring every agent
         (the leader may be elsewhere; a cancelled job may run elsewhere)."""
         self.wake_all()
-        if not self.settings.embedded:
-            from tpuq.queue import doorbell
-
-            # in the background: the CLI's answer must not wait on a broker that is away
-            # (the change is committed; agents poll)
-            threading.Thread(target=doorbell.ring_scheduler, name="announce",
-                             daemon=True).start()
+        if self.ringer is not None:
+            self.ringer.ring_all()
 
     def _local_submit(self, req: dict[str, Any], uid: int) -> dict[str, Any]:
         try:
@@ -309,10 +315,7 @@ class Agent:
                 raise
             first = (str(getattr(e, "orig", e)).strip().splitlines() or ["?"])[0]
             return {"ok": False, "unavailable": True, "error": f"cannot use the database: {first}"}
-        if self.settings.embedded:
-            self.sched_ticker.wake()
-        else:
-            self.announce()
+        self.wake_scheduler()  # only the leader has anything to do with a new job
         return {"ok": True, "id": job_id}
 
     # ---- notices and stopping -------------------------------------------------------------
@@ -404,6 +407,8 @@ class Agent:
     def shutdown(self) -> None:
         if self.worker is not None:
             self.worker.stop()
+        if self.ringer is not None:
+            self.ringer.stop()
         self.watcher.stop()
         for t in self.tickers:
             t.stop()

@@ -32,7 +32,8 @@ def clock(t: float | None) -> str:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], max_last: int = 60) -> str:
-    cells = [[str(c) for c in r] for r in rows]
+    # one line per row: a multi-line `python -c '...'` command must not break the table
+    cells = [[" ".join(str(c).split()) for c in r] for r in rows]
     for r in cells:
         if r and len(r[-1]) > max_last:
             r[-1] = r[-1][: max_last - 1] + "…"

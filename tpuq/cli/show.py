@@ -54,7 +54,8 @@ def _spec_text(job) -> str:  # type: ignore[no-untyped-def]
         f"{', type ' + job.tpu_type if job.tpu_type else ''}",
         f"  stop      {job.stop_signal}, grace {job.grace_s:g}s"
         f"{', time limit ' + render.duration(job.time_limit_s) if job.time_limit_s else ''}",
-        f"  retries   {job.failures}/{job.max_retries} used; preempted {job.preemptions} times",
+        f"  failures  {job.failures} (retried {min(job.failures, job.max_retries)} of "
+        f"{job.max_retries} allowed); preempted {job.preemptions} times",
     ]
     if job.resubmit_of:
         lines.append(f"  resubmits job {job.resubmit_of}")

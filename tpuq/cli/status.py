@@ -40,7 +40,8 @@ def status(show_all: bool, mine: bool, user: str | None, team_filter: str | None
         return
     click.echo(_jobs_table(jobs, reasons, now) if jobs else "no jobs")
     click.echo()
-    click.echo(_hosts_table(hosts, now) if hosts else "no hosts: start one with `tpuq agent`")
+    click.echo(_hosts_table(hosts, now, cfg.host_stale_s) if hosts
+               else "no hosts: start one with `tpuq agent`")
 
 
 def _jobs_table(jobs, reasons, now) -> str:  # type: ignore[no-untyped-def]
@@ -59,12 +60,16 @@ def _jobs_table(jobs, reasons, now) -> str:  # type: ignore[no-untyped-def]
                         rows)
 
 
-def _hosts_table(hosts, now) -> str:  # type: ignore[no-untyped-def]
+def _hosts_table(hosts, now, stale_s) -> str:  # type: ignore[no-untyped-def]
     rows = []
     for h, jobs in hosts:
         used = sum(len(c) for c in jobs.values())
         if h.stopped_at is not None:
             state = "agent stopped"
+        elif h.heartbeat_at is None or now - h.heartbeat_at > stale_s:
+            # its agent died or cannot reach the database: no new work; its jobs are
+            # requeued when their leases expire
+            state = "silent: gets no work"
         elif h.busy_reason:
             state = "busy: " + h.busy_reason
         elif h.draining:

@@ -17,7 +17,8 @@ from kombu.common import Broadcast
 from tpuq import settings as settings_mod
 
 RUN_TASK = "tpuq.run"
-RING_TASK = "tpuq.ring"
+RING_TASK = "tpuq.ring"  # broadcast: every agent looks (schedule, stop requests)
+SCHEDULE_TASK = "tpuq.schedule"  # broadcast: only the scheduler leader acts
 CONTROL_QUEUE = "tpuq.control"
 
 

@@ -50,11 +50,18 @@ def ring() -> None:
         _agent.wake_all()
 
 
+def schedule() -> None:
+    """Chips were freed on some host: the leader schedules now; other agents ignore it."""
+    if _agent is not None and _agent.scheduler.leading:
+        _agent.sched_ticker.wake()
+
+
 def register(app: Celery) -> None:
-    from tpuq.queue.app import RING_TASK, RUN_TASK
+    from tpuq.queue.app import RING_TASK, RUN_TASK, SCHEDULE_TASK
 
     app.task(name=RUN_TASK, ignore_result=True, acks_late=False)(run)
     app.task(name=RING_TASK, ignore_result=True, acks_late=False)(ring)
+    app.task(name=SCHEDULE_TASK, ignore_result=True, acks_late=False)(schedule)
 
 
 @inspect_command()

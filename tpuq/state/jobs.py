@@ -99,13 +99,13 @@ def request_stop(s: Session, job_id: int, actor: str, kind: StopRequest,
                  why: str | None = None) -> Result:
     job = _current(s, job_id)
     if job is None:
-        return Result(job_id, False, f"job {job_id} does not exist")
+        return Result(job_id, False, "does not exist")
     state = JobState(job.state)
     if state in TERMINAL:
-        return Result(job_id, False, f"job {job_id} already {state.value}")
+        return Result(job_id, False, f"already {state.value}")
     if state in (Q, H):
         if kind is StopRequest.PREEMPT:
-            return Result(job_id, False, f"job {job_id} is {state.value}, not running")
+            return Result(job_id, False, f"is {state.value}, not running")
         ok = transition(s, job_id, [state], JobState.CANCELLED, reason=f"cancelled by {actor}",
                         actor=actor, values={"ended_at": db_now()})
         return Result(job_id, ok, "cancelled" if ok else "changed meanwhile, try again")
@@ -117,7 +117,7 @@ def request_stop(s: Session, job_id: int, actor: str, kind: StopRequest,
             release_chips(s, job_id, job.attempt)
         return Result(job_id, ok, "cancelled" if ok else "changed meanwhile, try again")
     if state is A:
-        return Result(job_id, False, f"job {job_id} is starting; preempt it once it runs")
+        return Result(job_id, False, "is starting; preempt it once it runs")
     if state is P and job.stop_request == StopRequest.CANCEL.value:
         return Result(job_id, True, "already stopping")
     ok = transition(s, job_id, [state], P, attempt=job.attempt,
@@ -139,8 +139,8 @@ def release(s: Session, job_id: int, actor: str) -> Result:
 def _why_not(s: Session, job_id: int, needed: str) -> str:
     job = _current(s, job_id)
     if job is None:
-        return f"job {job_id} does not exist"
-    return f"job {job_id} is {job.state}, not {needed}"
+        return "does not exist"
+    return f"is {job.state}, not {needed}"
 
 
 def resubmit(s: Session, job_ids: Iterable[int], actor: str) -> list[Result]:
@@ -149,12 +149,12 @@ def resubmit(s: Session, job_ids: Iterable[int], actor: str) -> list[Result]:
     for job_id in job_ids:
         old = _current(s, job_id)
         if old is None:
-            results.append(Result(job_id, False, f"job {job_id} does not exist"))
+            results.append(Result(job_id, False, "does not exist"))
             continue
         spec = spec_of(old)
         spec.resubmit_of = old.id
         new_id = submit(s, spec, actor=actor)
-        results.append(Result(new_id, True, f"job {new_id} resubmits job {job_id}"))
+        results.append(Result(new_id, True, f"queued, resubmitting job {job_id}"))
     return results
 
 
