@@ -3,6 +3,8 @@ and fake TPU hosts. End-to-end tests that take `stack` run against both deployme
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,18 +47,34 @@ def _team_stack(request: pytest.FixtureRequest, home: Path, pg: str | None = Non
     return s
 
 
-@pytest.fixture(params=["embedded", "team"])
-def stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Stack]:
-    """The whole tpuq of one test; `embedded_only` tests skip the team deployment."""
+def _stack(request: pytest.FixtureRequest, home: Path) -> Iterator[Stack]:
+    """The deployment `request.param` names, in `home`; cleaned up after the test."""
     if request.param == "team" and request.node.get_closest_marker("embedded_only"):
         pytest.skip("embedded deployment only")
-    s = _team_stack(request, tmp_path / "home") if request.param == "team" \
-        else Stack(home=tmp_path / "home")
+    s = _team_stack(request, home) if request.param == "team" else Stack(home=home)
     s.deployment = request.param  # type: ignore[attr-defined]
     try:
         yield s
     finally:
         s.cleanup()
+
+
+@pytest.fixture(params=["embedded", "team"])
+def stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Stack]:
+    """The whole tpuq of one test; `embedded_only` tests skip the team deployment."""
+    yield from _stack(request, tmp_path / "home")
+
+
+@pytest.fixture(params=["embedded", "team"])
+def open_stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
+    """`stack` with a TPUQ_HOME every account can reach, for jobs that run as their owner
+    (pytest's temporary directories are the test user's alone)."""
+    home = Path(tempfile.mkdtemp(prefix="tpuq-open-"))
+    home.chmod(0o755)
+    try:
+        yield from _stack(request, home)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture

@@ -43,8 +43,11 @@ ENV: dict[str, str] = {
     "broker_visibility_s": "TPUQ_BROKER_VISIBILITY_S",
     "maintenance_lead_s": "TPUQ_MAINTENANCE_LEAD_S",
     "agent_socket": "TPUQ_AGENT_SOCKET",
+    "run_as": "TPUQ_RUN_AS",
 }
 CONFIG_ENV = "TPUQ_CONFIG"
+# settings that take one of a few words
+CHOICES: dict[str, tuple[str, ...]] = {"run_as": ("agent", "owner")}
 
 
 def _default_home() -> str:
@@ -81,6 +84,8 @@ class Settings:
     broker_visibility_s: float = 3600.0  # Redis re-delivery timeout; irrelevant with early acks
     maintenance_lead_s: float = 300.0  # preempt this long before an announced window
     agent_socket: str = ""  # empty = <home>/agent.sock
+    # whose account a job runs under: the agent's, or (a root agent) its owner's
+    run_as: str = "agent"
 
     # ---- derived -------------------------------------------------------------------
     @property
@@ -160,6 +165,9 @@ def _coerce(name: str, raw: Any, source: str) -> Any:
             return int(raw)
     except (TypeError, ValueError):
         raise SettingsError(f"{source}: {name} must be a number, got {raw!r}") from None
+    if name in CHOICES and str(raw) not in CHOICES[name]:
+        words = " or ".join(repr(c) for c in CHOICES[name])
+        raise SettingsError(f"{source}: {name} must be {words}, got {raw!r}")
     return str(raw)
 
 

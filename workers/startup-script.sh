@@ -200,7 +200,8 @@ ExecStart=/opt/tpuq/venv/bin/tpuq agent
 #    safer but is not: ambient capabilities survive execve, so every job would inherit
 #    them, and ptrace over all processes is root in practice. Root at least says so.
 #  - TPU VM users reached through `gcloud ... tpu-vm ssh` already have passwordless sudo.
-# Consequence: jobs run as root until the agent drops privileges per job owner.
+# Consequence: jobs run as root, unless TPUQ_RUN_AS=owner in the env file: then each job
+# runs as its owner's local account (the agent drops privileges for it).
 User=root
 
 # Two-stage stop, matching the agent's signal contract (workers/README.md):

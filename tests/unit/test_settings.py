@@ -45,3 +45,24 @@ def test_a_shell_naming_only_the_socket_takes_the_agents_deployment():
     team = load({"TPUQ_DATABASE_URL": "postgresql://db/t", "TPUQ_AGENT_SOCKET": "/run/a.sock"})
     assert team.socket_deployment == team.deployment
     assert load({"TPUQ_HOME": "/h"}).socket_deployment == "sqlite:/h/tpuq.db"
+
+
+def test_run_as_takes_agent_or_owner_and_names_the_source_otherwise():
+    import pytest
+
+    from tpuq.settings import SettingsError
+
+    assert load({"TPUQ_HOME": "/h"}).run_as == "agent"
+    assert load({"TPUQ_HOME": "/h", "TPUQ_RUN_AS": "owner"}).run_as == "owner"
+    with pytest.raises(SettingsError, match="TPUQ_RUN_AS: run_as must be 'agent' or 'owner'"):
+        load({"TPUQ_HOME": "/h", "TPUQ_RUN_AS": "alice"})
+
+
+def test_only_a_root_agent_may_run_jobs_as_their_owners(monkeypatch):
+    from tpuq.agent import identity
+
+    monkeypatch.setattr(identity.os, "geteuid", lambda: 1000)
+    assert "needs the agent to run as root" in (identity.check_agent_can("owner") or "")
+    assert identity.check_agent_can("agent") is None
+    monkeypatch.setattr(identity.os, "geteuid", lambda: 0)
+    assert identity.check_agent_can("owner") is None

@@ -53,6 +53,10 @@ class Executor:
     def log_path(self, job_id: int, attempt: int) -> str:
         return os.path.join(self.settings.logs_dir, str(job_id), f"{attempt}.log")
 
+    def checkpoint_dir(self, job_id: int) -> str:
+        """TPUQ_CHECKPOINT_DIR: one per job, the same for every attempt."""
+        return os.path.join(self.settings.checkpoints_dir, str(job_id))
+
     def attempt_env(self, w: Work, progress_path: str) -> dict[str, str]:
         job_env = {**w.env, "TPUQ_PREEMPT_SIGNAL": w.stop_signal,
                    "TPUQ_PROGRESS_FILE": progress_path}
@@ -60,7 +64,7 @@ class Executor:
         return environment.build_env(
             base=self.base_env, job_env=job_env, job_id=w.job_id, attempt=w.attempt,
             host=self.name,
-            checkpoint_dir=os.path.join(self.settings.checkpoints_dir, str(w.job_id)),
+            checkpoint_dir=self.checkpoint_dir(w.job_id),
             resumed=w.resumed, chips=None if whole_host else list(w.chips),
             host_chip_count=len(self.chips), port_base=self.settings.port_base,
             tcmalloc=w.tcmalloc, tcmalloc_path=self.settings.tcmalloc_path,
@@ -97,7 +101,7 @@ class Executor:
         work = Work(job_id=job_id, attempt=attempt, chips=tuple(j.chips),
                     command=tuple(j.command), cwd=j.cwd, env=dict(j.env),
                     stop_signal=j.stop_signal, grace_s=j.grace_s, time_limit_s=j.time_limit_s,
-                    tcmalloc=j.tcmalloc, resumed=attempt > 1)
+                    tcmalloc=j.tcmalloc, resumed=attempt > 1, owner=j.owner)
         if not self._host_ready(work):
             return None
         sup = Supervisor(self, work)

@@ -109,6 +109,14 @@ def _unlink(path: str) -> bool:
     return True
 
 
+def share_log_dir(log_dir: str = DEFAULT_LOG_DIR) -> None:
+    """Let every user's libtpu write its logs here (jobs run as their owners): a
+    directory made by the first job's user would refuse everyone else's. Sticky, like
+    /tmp, so nobody removes another's logs (the agent, as root, still trims them)."""
+    os.makedirs(log_dir, exist_ok=True)
+    os.chmod(log_dir, 0o1777)
+
+
 def trim_tpu_logs(
     log_dir: str = DEFAULT_LOG_DIR,
     keep_bytes: int = 200 * 1024 * 1024,

@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from tpuq import localclient
-from tpuq.agent import devices, holders, libtpu
+from tpuq.agent import devices, holders, identity, libtpu
 from tpuq.agent.executor import Executor
 from tpuq.agent.localsock import LocalSocketServer, user_name
 from tpuq.agent.metadata import MaintenanceWatcher, is_migration
@@ -106,6 +106,9 @@ class Agent:
 
             self.tpu_type = read_topology(settings.metadata_url).get("accelerator_type")
         self.chips = chips
+        cannot = identity.check_agent_can(settings.run_as)
+        if cannot:
+            raise AgentError(cannot)
         # the host name, not host:pid: a restarted agent resumes its own lease at once, and
         # only one agent per host name can run (the pid lock below)
         self.holder = self.name
@@ -161,6 +164,8 @@ class Agent:
     def start(self) -> None:
         os.makedirs(self.settings.home, exist_ok=True)
         self._take_pidlock()
+        if self.settings.run_as == "owner":
+            libtpu.share_log_dir(self.settings.tpu_logs_dir)
         if not self.settings.embedded:
             from tpuq.queue.doorbell import Ringer
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from tpuq.agent import exits, holders
+from tpuq.agent import exits, holders, identity
 from tpuq.agent.chiplocks import ChipBusy, ChipLocks
 from tpuq.state import attempts, jobs
 from tpuq.state.attempts import Ending
@@ -49,6 +49,7 @@ class Work:
     time_limit_s: float | None
     tcmalloc: bool
     resumed: bool
+    owner: str = ""
 
 
 class Supervisor(threading.Thread):
@@ -99,7 +100,7 @@ class Supervisor(threading.Thread):
         log_path = self.ctx.log_path(w.job_id, w.attempt)
         try:
             self.proc = self._spawn(log_path)
-        except OSError as e:
+        except (OSError, identity.NoAccount) as e:
             self._finish(Ending(Outcome.FAILED, f"could not start: {e}"))
             return
         pid, ticks = self.proc.pid, holders.proc_start_ticks(self.proc.pid)
@@ -120,12 +121,29 @@ class Supervisor(threading.Thread):
         w = self.work
         os.makedirs(os.path.dirname(log_path), exist_ok=True)
         env = self.ctx.attempt_env(w, self._progress_path())
-        with open(log_path, "ab") as out:
-            return subprocess.Popen(
+        as_owner: dict[str, object] = {}
+        if self.ctx.settings.run_as == "owner":
+            acct = identity.account(w.owner)
+            env.update(acct.env())
+            self._hand_over(acct)
+            as_owner = acct.popen_kwargs()
+        with open(log_path, "ab") as out:  # the agent's file: the job only gets the fd
+            return subprocess.Popen(  # type: ignore[call-overload, no-any-return]
                 list(w.command), cwd=w.cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
                 stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
-                restore_signals=True,
+                restore_signals=True, **as_owner,
             )
+
+    def _hand_over(self, acct: identity.Account) -> None:
+        """What the job writes besides its output becomes its owner's: the checkpoint
+        directory (kept across attempts) and the progress file tpuq.job appends to."""
+        ckpt = self.ctx.checkpoint_dir(self.work.job_id)
+        os.makedirs(ckpt, exist_ok=True)
+        acct.give(ckpt)
+        progress = self._progress_path()
+        with open(progress, "ab"):
+            pass
+        acct.give(progress)
 
     def _progress_path(self) -> str:
         return self.ctx.log_path(self.work.job_id, self.work.attempt) + ".progress"

@@ -59,7 +59,7 @@ def assign(s: Session, job_id: int, attempt_now: int, host: str, chips: Sequence
 
 # what the host needs of the job to run it, returned by the start statement itself
 START_COLUMNS = (*(JOBS.c[name] for name in (
-    "command", "cwd", "env", "stop_signal", "grace_s", "time_limit_s", "tcmalloc")),
+    "command", "cwd", "env", "stop_signal", "grace_s", "time_limit_s", "tcmalloc", "owner")),
     # the outer row named in plain SQL: SQLite renders RETURNING columns unqualified, and
     # an unqualified `id` inside this subquery would be the attempt's own id
     select(ATTEMPTS.c.chips).where(ATTEMPTS.c.job_id == literal_column("jobs.id"),
