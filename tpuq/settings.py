@@ -183,7 +183,12 @@ def load(environ: dict[str, str] | None = None) -> Settings:
     env = dict(os.environ if environ is None else environ)
     values: dict[str, Any] = {}
     path = _config_file(env)
-    if path.is_file():
+    try:
+        present = path.is_file()
+    except OSError as e:  # e.g. a HOME of another user's (sudo -u keeps HOME)
+        raise SettingsError(f"cannot read config file {path}: {e.strerror} "
+                            f"(set {ENV['home']} or {CONFIG_ENV})") from None
+    if present:
         import tomllib
 
         try:

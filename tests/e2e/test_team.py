@@ -295,10 +295,18 @@ def test_a_login_shell_on_a_team_host_submits_to_the_team_queue(team_stack, host
     """/etc/profile.d/tpuq.sh sets only TPUQ_AGENT_SOCKET: a shell with no team settings
     must still queue into the team's database through the host's agent, never into a
     private SQLite file of its own."""
-    team_stack.start_agent(host)
+    agent = team_stack.start_agent(host)
     own_home = tmp_path / "user-home"
-    job_id = team_stack.submit("--", "/bin/true", TPUQ_HOME=str(own_home),
-                               TPUQ_DATABASE_URL="", TPUQ_BROKER_URL="",
-                               TPUQ_AGENT_SOCKET=str(team_stack.home / "agent.sock"))
+    login = {"TPUQ_HOME": str(own_home), "TPUQ_DATABASE_URL": "", "TPUQ_BROKER_URL": "",
+             "TPUQ_AGENT_SOCKET": str(team_stack.home / "agent.sock")}
+    job_id = team_stack.submit("--", "/bin/true", **login)
     assert team_stack.wait_state(job_id, "succeeded").state == "succeeded"
+    # the other commands need the database: said so, not an empty private queue shown
+    r = team_stack.tpuq("status", check=False, **login)
+    assert r.returncode == 2 and "set TPUQ_DATABASE_URL" in r.stderr, r.stderr
+    assert "postgresql://127.0.0.1:" in r.stderr, "names the database the agent serves"
+    # with the agent down, a submit fails instead of queueing where nobody looks
+    agent.stop()
+    r = team_stack.tpuq("submit", "--", "/bin/true", check=False, **login)
+    assert r.returncode == 1 and "no agent answers at" in r.stderr, r.stderr
     assert not (own_home / "tpuq.db").exists(), "nothing queued into a private database"

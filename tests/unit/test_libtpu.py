@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -159,3 +160,58 @@ def test_trim_within_budget_keeps_everything(tmp_path: Path) -> None:
     logs = [_log(tmp_path / f"tpu{i}.log", 100, age_s=10) for i in range(3)]
     assert trim_tpu_logs(str(tmp_path), keep_bytes=300) == 0
     assert all(p.exists() for p in logs)
+
+
+def test_trim_unlinks_nothing_outside_when_a_listed_dir_becomes_a_symlink(tmp_path: Path) -> None:
+    """Jobs can write the log dir: a directory swapped for a symlink between the listing
+    and the unlinking must not make the agent delete the same names elsewhere."""
+    from tpuq.agent.libtpu import _log_files, _unlink_listed
+
+    logs, outside = tmp_path / "tpu_logs", tmp_path / "etc"
+    _log(logs / "sub" / "passwd", 10, age_s=8 * 86400)
+    kept = _log(outside / "passwd", 10, age_s=8 * 86400)
+    doomed = {(root, name): ino for _, _, root, name, ino in _log_files(str(logs))}
+    assert doomed, "the old log was listed"
+    (logs / "sub" / "passwd").unlink()
+    (logs / "sub").rmdir()
+    (logs / "sub").symlink_to(outside)
+    assert _unlink_listed(str(logs), doomed) == 0
+    assert kept.exists()
+
+
+def test_shared_log_dir_is_the_agents_own_and_sticky(tmp_path: Path) -> None:
+    from tpuq.agent.libtpu import share_log_dir
+
+    d = tmp_path / "tpu_logs"
+    share_log_dir(str(d))
+    assert stat.S_IMODE(d.stat().st_mode) == 0o1777 and not d.is_symlink()
+    share_log_dir(str(d))  # again: kept as it is
+    assert stat.S_IMODE(d.stat().st_mode) == 0o1777
+
+
+def test_a_symlink_where_the_log_dir_goes_is_moved_aside_untouched(tmp_path: Path) -> None:
+    from tpuq.agent.libtpu import share_log_dir
+
+    target = tmp_path / "etc"
+    target.mkdir(mode=0o755)
+    d = tmp_path / "tpu_logs"
+    d.symlink_to(target)
+    share_log_dir(str(d))
+    assert d.is_dir() and not d.is_symlink()
+    assert stat.S_IMODE(target.stat().st_mode) == 0o755, "the link's target was not opened up"
+    assert [p.name.startswith("tpu_logs.moved-") for p in tmp_path.iterdir()
+            if p.name != "tpu_logs" and p.name != "etc"] == [True]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+def test_another_users_log_dir_is_moved_aside_not_adopted(tmp_path: Path) -> None:
+    from tpuq.agent.libtpu import share_log_dir
+
+    d = tmp_path / "tpu_logs"
+    d.mkdir()
+    (d / "theirs.log").write_text("x")
+    os.chown(d, 65534, 65534)
+    share_log_dir(str(d))
+    assert d.stat().st_uid == 0 and list(d.iterdir()) == []
+    moved = [p for p in tmp_path.iterdir() if p.name.startswith("tpu_logs.moved-")]
+    assert len(moved) == 1 and (moved[0] / "theirs.log").read_text() == "x"

@@ -61,3 +61,24 @@ def test_a_chatty_attempt_keeps_only_its_newest_bytes_in_redis(redis_server, tmp
     shipper.ship(7, 1, str(log))  # a burst over the cap: only its newest 1000 bytes go
     assert kept() == (5200, b"c" * 1000)
     assert shipper.redis.xlen(logstream.key(7, 1)) == 10
+
+
+def test_a_stream_expires_even_if_its_end_never_comes(redis_server, tmp_path):
+    """A dead host never ships an end marker: its streams must expire all the same."""
+    log = tmp_path / "1.log"
+    log.write_bytes(b"partial\n")
+    shipper = LogShipper(redis_server.url)
+    shipper.ship(7, 1, str(log))
+    ttl = shipper.redis.ttl(logstream.key(7, 1))
+    assert 0 < ttl <= logstream.TTL_S
+
+
+def test_a_late_tick_after_the_end_ships_nothing_again(redis_server, tmp_path):
+    """A shipping tick that saw the attempt running before it ended must not ship its
+    whole file a second time after the end marker."""
+    log = tmp_path / "1.log"
+    log.write_bytes(b"all of it\n")
+    shipper = LogShipper(redis_server.url)
+    shipper.ship(7, 1, str(log), final=True)
+    shipper.ship(7, 1, str(log))  # the late tick
+    assert shipper.redis.xlen(logstream.key(7, 1)) == 2, "one piece and the end marker"

@@ -66,3 +66,18 @@ def test_only_a_root_agent_may_run_jobs_as_their_owners(monkeypatch):
     assert identity.check_agent_can("agent") is None
     monkeypatch.setattr(identity.os, "geteuid", lambda: 0)
     assert identity.check_agent_can("owner") is None
+
+
+def test_a_config_file_in_a_closed_directory_is_a_clear_error(tmp_path, monkeypatch):
+    import pathlib
+
+    import pytest
+
+    from tpuq.settings import SettingsError
+
+    def closed(self: pathlib.Path) -> bool:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(pathlib.Path, "is_file", closed)
+    with pytest.raises(SettingsError, match="cannot read config file .*Permission denied"):
+        load({"TPUQ_HOME": str(tmp_path)})

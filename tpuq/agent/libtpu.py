@@ -86,35 +86,75 @@ def clean_stale_lock(
     return removed
 
 
-def _log_files(log_dir: str) -> list[tuple[float, int, str]]:
+def _log_files(log_dir: str) -> list[tuple[float, int, str, str, int]]:
+    """(mtime, size, directory, name, inode) of every regular file, oldest first.
+
+    os.fwalk never follows a symlink and checks each directory it enters is the one it
+    listed, so a directory swapped for a link (log_dir is writable by jobs) cannot lead
+    the agent out of log_dir.
+    """
     files = []
-    for root, _dirs, names in os.walk(log_dir):
-        for name in names:
-            path = os.path.join(root, name)
-            try:
-                st = os.lstat(path)
-            except OSError:
-                continue
-            if stat.S_ISREG(st.st_mode):
-                files.append((st.st_mtime, st.st_size, path))
+    try:
+        for root, _dirs, names, dfd in os.fwalk(log_dir):
+            for name in names:
+                try:
+                    st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode):
+                    files.append((st.st_mtime, st.st_size, root, name, st.st_ino))
+    except FileNotFoundError:  # no log dir (yet): nothing to trim
+        return []
     files.sort()
     return files
 
 
-def _unlink(path: str) -> bool:
-    try:
-        os.unlink(path)
-    except OSError:
-        return False
-    return True
+def _unlink_listed(log_dir: str, doomed: dict[tuple[str, str], int]) -> int:
+    """Unlink the files `doomed` names ((directory, name) -> inode) if each is still
+    that file, relative to a directory descriptor from os.fwalk; bytes freed."""
+    freed = 0
+    for root, _dirs, names, dfd in os.fwalk(log_dir):
+        for name in names:
+            ino = doomed.get((root, name))
+            if ino is None:
+                continue
+            try:
+                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+                if st.st_ino == ino and stat.S_ISREG(st.st_mode):
+                    os.unlink(name, dir_fd=dfd)
+                    freed += st.st_size
+            except OSError:
+                continue
+    return freed
 
 
 def share_log_dir(log_dir: str = DEFAULT_LOG_DIR) -> None:
     """Let every user's libtpu write its logs here (jobs run as their owners): a
-    directory made by the first job's user would refuse everyone else's. Sticky, like
-    /tmp, so nobody removes another's logs (the agent, as root, still trims them)."""
-    os.makedirs(log_dir, exist_ok=True)
-    os.chmod(log_dir, 0o1777)
+    directory made by the first job's user would refuse everyone else's.
+
+    It must be the agent's own, sticky and world-writable like /tmp, so nobody removes
+    another's logs. Anything else found at that path (another user's directory, a
+    symlink, a file) is moved aside, not adopted: its owner could otherwise swap what
+    is inside while the agent works there.
+    """
+    for _ in range(3):
+        try:
+            os.mkdir(log_dir, 0o755)
+        except FileExistsError:
+            pass
+        try:
+            fd = os.open(log_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            fd = None  # a symlink, or not a directory
+        if fd is not None:
+            try:
+                if os.fstat(fd).st_uid == os.geteuid():
+                    os.fchmod(fd, 0o1777)
+                    return
+            finally:
+                os.close(fd)
+        os.rename(log_dir, f"{log_dir}.moved-{time.time_ns()}")
+    raise OSError(f"cannot make {log_dir} a directory of the agent's own")
 
 
 def trim_tpu_logs(
@@ -125,12 +165,11 @@ def trim_tpu_logs(
     """Delete logs older than `max_age_s`, then the oldest beyond `keep_bytes`; bytes freed."""
     files = _log_files(log_dir)  # oldest first; a missing dir yields nothing
     cutoff = time.time() - max_age_s
-    total = sum(size for _, size, _ in files)
-    freed = 0
-    for mtime, size, path in files:
+    total = sum(f[1] for f in files)
+    doomed: dict[tuple[str, str], int] = {}
+    for mtime, size, root, name, ino in files:
         if mtime >= cutoff and total <= keep_bytes:
             break  # sorted by age: everything after this is newer and within budget
-        if _unlink(path):
-            freed += size
-            total -= size
-    return freed
+        doomed[(root, name)] = ino
+        total -= size
+    return _unlink_listed(log_dir, doomed) if doomed else 0

@@ -106,7 +106,8 @@ class Agent:
 
             self.tpu_type = read_topology(settings.metadata_url).get("accelerator_type")
         self.chips = chips
-        cannot = identity.check_agent_can(settings.run_as)
+        cannot = identity.check_agent_can(
+            settings.run_as, [settings.home, settings.logs_dir, settings.checkpoints_dir])
         if cannot:
             raise AgentError(cannot)
         # the host name, not host:pid: a restarted agent resumes its own lease at once, and

@@ -13,6 +13,7 @@ import logging
 import os
 import selectors
 import signal
+import stat
 import subprocess
 import threading
 import time
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tpuq.agent")
 T = TypeVar("T")
+PROGRESS_TAIL = 64 * 1024  # the last progress line is in here; the rest is history
 
 
 @dataclass(frozen=True)
@@ -121,15 +123,15 @@ class Supervisor(threading.Thread):
         w = self.work
         os.makedirs(os.path.dirname(log_path), exist_ok=True)
         env = self.ctx.attempt_env(w, self._progress_path())
-        as_owner: dict[str, object] = {}
+        argv, cwd, as_owner = list(w.command), w.cwd, {}
         if self.ctx.settings.run_as == "owner":
             acct = identity.account(w.owner)
             env.update(acct.env())
             self._hand_over(acct)
-            as_owner = acct.popen_kwargs()
+            argv, cwd, as_owner = identity.in_dir(w.cwd, argv), "/", acct.popen_kwargs()
         with open(log_path, "ab") as out:  # the agent's file: the job only gets the fd
             return subprocess.Popen(  # type: ignore[call-overload, no-any-return]
-                list(w.command), cwd=w.cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
                 stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
                 restore_signals=True, **as_owner,
             )
@@ -280,16 +282,25 @@ def _kill_group(pgid: int) -> None:
 
 
 def _last_progress(path: str) -> tuple[int, float] | None:
-    """The last step the job reported through tpuq.job.checkpointed()."""
+    """The last step the job reported through tpuq.job.checkpointed().
+
+    The job writes this file (as its owner, under TPUQ_RUN_AS=owner): read only its
+    tail, never through a symlink, and let nothing written in it break the agent.
+    """
     try:
-        with open(path, "rb") as f:
-            lines = f.read().splitlines()
-    except FileNotFoundError:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
         return None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        f.seek(max(0, st.st_size - PROGRESS_TAIL))
+        lines = f.read(PROGRESS_TAIL).splitlines()
     for line in reversed(lines):
         try:
             rec = json.loads(line)
             return int(rec["step"]), float(rec["time"])
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, IndexError, RecursionError):
             continue
     return None

@@ -35,7 +35,7 @@ def agent(host: str | None, verbose: bool) -> None:
         cfg = dataclasses.replace(cfg, host=host)
     if cfg.embedded and socket_has_agent(cfg.socket_path):
         raise Unavailable(f"an agent already answers on {cfg.socket_path}")
-    db = context.database(cfg)
+    db = context.database(cfg, agent=True)
     try:
         a = Agent(cfg, db)
         a.start()

@@ -19,15 +19,38 @@ def settings() -> Settings:
     return settings_mod.load()
 
 
-def database(cfg: Settings) -> Database:
-    """The configured database, schema checked.
+def database(cfg: Settings, agent: bool = False) -> Database:
+    """The configured database, schema checked (`agent`: for `tpuq agent` itself).
 
     The embedded default (no TPUQ_DATABASE_URL) creates and upgrades itself on first use;
     a database named explicitly is only ever changed by `tpuq db upgrade`.
     """
     from tpuq.state.db import open_database
 
+    if not agent:
+        _check_socket_only_shell(cfg)
     return open_database(cfg, auto_upgrade=not cfg.database_url)
+
+
+def _check_socket_only_shell(cfg: Settings) -> None:
+    """A shell that names a host's agent socket but no database (a login shell on a team
+    TPU VM: /etc/profile.d/tpuq.sh) means that agent's queue. It must never fall back to
+    a private SQLite queue of its own, where a job would wait for an agent that never
+    comes and `tpuq status` would show an empty queue."""
+    if cfg.socket_deployment is not None:
+        return
+    from tpuq import localclient
+    from tpuq.cli.errors import Unavailable, UserError
+
+    try:
+        serves = localclient.call(cfg.socket_path, {"op": "ping"}, timeout=5.0).get("deployment")
+    except (OSError, ValueError):
+        raise Unavailable(f"no agent answers at {cfg.socket_path} (TPUQ_AGENT_SOCKET): is "
+                          "this host's agent running? (`systemctl status tpuq-agent`)") from None
+    if serves != cfg.deployment:
+        raise UserError(f"this shell reaches the host's agent (TPUQ_AGENT_SOCKET) but not "
+                        f"its database ({serves}): `tpuq submit` works here; for this "
+                        "command set TPUQ_DATABASE_URL (README: Team deployment)")
 
 
 def ring(cfg: Settings) -> None:

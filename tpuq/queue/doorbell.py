@@ -98,10 +98,12 @@ class Ringer:
             with self._cond:
                 while not self._wanted and not self._stopped:
                     self._cond.wait()
-                if self._stopped:
-                    return
                 wanted, self._wanted = self._wanted, set()
-            try:  # ringing every agent wakes the leader too
-                ring_scheduler() if self.ALL in wanted else ring_leader()
-            except Exception:  # noqa: BLE001 - a bug here must not silence later rings
-                log.exception("ringing failed")
+                stopped = self._stopped
+            if wanted:  # asked for before stop() too: an agent's last requeues go out
+                try:  # ringing every agent wakes the leader too
+                    ring_scheduler() if self.ALL in wanted else ring_leader()
+                except Exception:  # noqa: BLE001 - a bug here must not silence later rings
+                    log.exception("ringing failed")
+            if stopped:
+                return

@@ -4,7 +4,7 @@ Redis stream, so `tpuq logs ID -f` works from any machine with the team configur
 The job itself writes to a local file (the agent is never in its output path, so an
 agent restart cannot SIGPIPE a job); a small ticker tails the files of running attempts
 into `tpuq:log:<job>:<attempt>`, capped in bytes and entries and expiring a week after
-the attempt.
+the attempt's last output (so also when its host died and no end marker ever comes).
 
 Each entry carries the file offset of its bytes, so a reader knows when the stream no
 longer starts at the beginning (trimmed, or lost in a Redis restart) and can say so,
@@ -30,6 +30,7 @@ MAX_BYTES = 64 * 1024 * 1024
 MAX_ENTRIES = 100_000
 CHUNK = 64 * 1024
 TTL_S = 7 * 86400
+ENDED_KEPT = 4096  # ended attempts remembered, far more than a host runs between ticks
 
 
 def key(job_id: int, attempt: int) -> str:
@@ -74,6 +75,9 @@ class LogShipper:
         self._streams: dict[tuple[int, int], _Shipped] = {}
         # attempts that ended while Redis was away: their tail and end marker still owed
         self._unfinished: dict[tuple[int, int], str] = {}
+        # attempts whose end marker is shipped (newest last): a tick that still saw one of
+        # them running must not ship it again from the start
+        self._ended: dict[tuple[int, int], None] = {}
         self._lock = threading.Lock()
 
     def ship_unfinished(self) -> None:
@@ -86,6 +90,8 @@ class LogShipper:
     def ship(self, job_id: int, attempt: int, path: str, final: bool = False) -> None:
         k = (job_id, attempt)
         with self._lock:
+            if k in self._ended:
+                return
             st = self._streams.setdefault(k, _Shipped())
             try:
                 self._ship_new(key(*k), st, path)
@@ -100,6 +106,9 @@ class LogShipper:
                     self.redis.expire(key(*k), TTL_S)
                     self._streams.pop(k, None)
                     self._unfinished.pop(k, None)
+                    self._ended[k] = None
+                    while len(self._ended) > ENDED_KEPT:
+                        del self._ended[next(iter(self._ended))]
                 except Exception as e:  # noqa: BLE001
                     log.debug("log end marker for job %s not shipped: %s", job_id, e)
                     self._unfinished[k] = path
@@ -114,8 +123,12 @@ class LogShipper:
             # sees the gap in the offsets and says where the whole file is)
             st.offset = max(st.offset, os.fstat(f.fileno()).st_size - MAX_BYTES)
             f.seek(st.offset)
+            shipped = False
             while chunk := f.read(CHUNK):
                 st.added(self.redis.xadd(name, {"d": chunk, "o": st.offset}), len(chunk))
+                shipped = True
+        if shipped:
+            self.redis.expire(name, TTL_S)
         oldest = st.trim_to()
         if oldest is not None:
             self.redis.xtrim(name, minid=oldest, approximate=False)
