@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from tpuq.settings import load
+import pathlib
+
+import pytest
+
+from tpuq.agent import identity
+from tpuq.settings import SettingsError, load
 
 
 def deployment(**env: str) -> str:
@@ -48,10 +53,6 @@ def test_a_shell_naming_only_the_socket_takes_the_agents_deployment():
 
 
 def test_run_as_takes_agent_or_owner_and_names_the_source_otherwise():
-    import pytest
-
-    from tpuq.settings import SettingsError
-
     assert load({"TPUQ_HOME": "/h"}).run_as == "agent"
     assert load({"TPUQ_HOME": "/h", "TPUQ_RUN_AS": "owner"}).run_as == "owner"
     with pytest.raises(SettingsError, match="TPUQ_RUN_AS: run_as must be 'agent' or 'owner'"):
@@ -59,8 +60,6 @@ def test_run_as_takes_agent_or_owner_and_names_the_source_otherwise():
 
 
 def test_only_a_root_agent_may_run_jobs_as_their_owners(monkeypatch):
-    from tpuq.agent import identity
-
     monkeypatch.setattr(identity.os, "geteuid", lambda: 1000)
     assert "needs the agent to run as root" in (identity.check_agent_can("owner") or "")
     assert identity.check_agent_can("agent") is None
@@ -69,12 +68,6 @@ def test_only_a_root_agent_may_run_jobs_as_their_owners(monkeypatch):
 
 
 def test_a_config_file_in_a_closed_directory_is_a_clear_error(tmp_path, monkeypatch):
-    import pathlib
-
-    import pytest
-
-    from tpuq.settings import SettingsError
-
     def closed(self: pathlib.Path) -> bool:
         raise PermissionError(13, "Permission denied")
 
