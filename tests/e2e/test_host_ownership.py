@@ -10,7 +10,11 @@ import subprocess
 import sys
 
 from tests.e2e.test_embedded_queue import intervals
+from sqlalchemy import update
+
 from tests.harness import FIXTURES, fixture_cmd, wait_for
+from tpuq.agent.holders import is_same_process
+from tpuq.state.models import Attempt
 
 
 def test_foreign_holder_blocks_host_is_reported_and_job_runs_after_it_exits(stack, host):
@@ -99,6 +103,28 @@ def test_agent_sigkill_and_restart_loses_no_job_and_kills_the_orphan(stack, host
     spans = intervals(out)
     for (_, _, end), (_, start, _) in zip(spans, spans[1:]):
         assert start >= end
+
+
+def test_an_orphan_whose_pid_never_reached_the_database_is_killed_at_restart(stack, host):
+    """The agent can die between spawning a job and recording its pid. A job that holds
+    no TPU device (CPU work, or a fake device here) is then invisible to the device
+    scan: the restarted agent must still find and kill it by its tpuq environment
+    before the job runs again, or two copies run at once."""
+    agent = stack.start_agent(host, TPUQ_LEASE_S="600")
+    job_id = stack.submit("--", "/bin/sleep", "600")
+    stack.wait_state(job_id, "running")
+    first = stack.attempts(job_id)[0]
+    agent.kill()
+    with stack.db.write() as s:  # as if the agent died before it recorded the pid
+        s.execute(update(Attempt).where(Attempt.id == first.id)
+                  .values(pid=None, proc_start=None))
+    stack.start_agent(host, TPUQ_LEASE_S="600")
+    wait_for(lambda: not is_same_process(first.pid, first.proc_start), 15,
+             "the unrecorded orphan to be killed")
+    job = stack.wait_state(job_id, "running", timeout=15)
+    assert job.attempt == 2 and stack.attempts(job_id)[0].outcome == "preempted"
+    stack.tpuq("cancel", str(job_id))
+    stack.wait_state(job_id, "cancelled")
 
 
 def test_reboot_requeues_active_jobs_at_once(stack, host):

@@ -15,6 +15,7 @@ from tpuq.agent.devices import discover_chips, host_device_paths
 from tpuq.agent.holders import (
     ProcInfo,
     describe,
+    find_attempt_processes,
     find_holders,
     is_same_process,
     kill_and_wait,
@@ -152,7 +153,26 @@ def test_find_holders_reads_only_tpuq_markers_from_environ(
         "TPUQ_JOB_ID": "7",
         "TPUQ_ATTEMPT": "2",
         "TPUQ_HOST": "tpu-a",
+        "TPUQ_CHECKPOINT_DIR": "/ckpt",
     }
+
+
+def test_attempt_processes_are_found_by_host_and_state_dir_not_by_devices(
+    spawn: Spawn,
+) -> None:
+    """Only this agent's attempts (host name and TPUQ_HOME's checkpoints) are found:
+    another fake host, or another deployment's agent on the same machine, keeps its own."""
+    def marked(host: str, ckpt: str) -> int:
+        env = {**os.environ, "TPUQ_JOB_ID": "7", "TPUQ_ATTEMPT": "1", "TPUQ_HOST": host,
+               "TPUQ_CHECKPOINT_DIR": ckpt}
+        return spawn(env=env).pid
+
+    ours = marked("tpu-a", "/srv/tpuq/checkpoints/7")
+    marked("tpu-b", "/srv/tpuq/checkpoints/7")  # another host name
+    marked("tpu-a", "/home/me/.local/share/tpuq/checkpoints/7")  # another deployment
+    marked("tpu-a", "/srv/tpuq/checkpoints-old/7")  # a sibling, not inside
+    found = find_attempt_processes("tpu-a", "/srv/tpuq/checkpoints")
+    assert [p.pid for p in found] == [ours]
 
 
 def _fake_proc(

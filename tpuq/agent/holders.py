@@ -14,7 +14,7 @@ import time
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
-MARKER_VARS = ("TPUQ_JOB_ID", "TPUQ_ATTEMPT", "TPUQ_HOST")
+MARKER_VARS = ("TPUQ_JOB_ID", "TPUQ_ATTEMPT", "TPUQ_HOST", "TPUQ_CHECKPOINT_DIR")
 
 # Non-pidfd fallback: short enough to notice an exit promptly, long enough not to spin.
 _POLL_INTERVAL_S = 0.02
@@ -172,6 +172,30 @@ def find_holders(
         if info is not None:
             holders.append(info)
     return holders
+
+
+def find_attempt_processes(host: str, checkpoints_dir: str,
+                           proc: str = "/proc") -> list[ProcInfo]:
+    """Processes of attempts that an agent for `host` with this state directory started
+    (their environment says so, and every child inherits it), whatever they hold.
+
+    When an agent starts, each of them is an orphan: it supervises nothing yet. The
+    device scan finds orphans that hold the TPU; this finds the rest, above all one whose
+    pid never reached the database because the agent died right after spawning it.
+    """
+    under = os.path.join(checkpoints_dir, "")
+    found = []
+    for pid in _pids(proc):
+        if pid == os.getpid():
+            continue
+        m = _environ_marker(pid, proc)
+        if m.get("TPUQ_HOST") != host or "TPUQ_JOB_ID" not in m \
+                or not m.get("TPUQ_CHECKPOINT_DIR", "").startswith(under):
+            continue
+        info = proc_info(pid, proc)
+        if info is not None:
+            found.append(info)
+    return found
 
 
 def is_same_process(pid: int, start_ticks: int, proc: str = "/proc") -> bool:

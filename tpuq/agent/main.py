@@ -228,6 +228,11 @@ class Agent:
 
     def recover(self) -> None:
         """Attempts this host owned before the agent (re)started are over: requeue them."""
+        orphans = holders.find_attempt_processes(self.name, self.settings.checkpoints_dir)
+        if orphans:
+            log.warning("killing orphans of earlier attempts: %s",
+                        "; ".join(holders.describe(p) for p in orphans))
+            holders.kill_and_wait([(p.pid, p.start_ticks) for p in orphans], timeout=10.0)
         with self.db.write() as s:
             rebooted = attempts.requeue_rebooted(s, self.name, self.boot_id)
             same_boot = attempts.active_on_host(s, self.name)
