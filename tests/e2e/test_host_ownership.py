@@ -9,9 +9,9 @@ import signal
 import subprocess
 import sys
 
-from tests.e2e.test_embedded_queue import intervals
 from sqlalchemy import update
 
+from tests.e2e.test_embedded_queue import intervals
 from tests.harness import FIXTURES, fixture_cmd, wait_for
 from tpuq.agent.holders import is_same_process
 from tpuq.state.models import Attempt
