@@ -55,6 +55,16 @@ def call(path: str, request: dict[str, Any], timeout: float = 30.0) -> dict[str,
     return reply
 
 
+def ping(path: str, timeout: float = 2.0) -> dict[str, Any] | None:
+    """The agent's answer to a ping (its pid, host and deployment), or None when no
+    agent answers at `path`."""
+    try:
+        reply = call(path, {"op": "ping"}, timeout=timeout)
+    except (OSError, ValueError):
+        return None
+    return reply if reply.get("ok") else None
+
+
 def wake(path: str, deployment: str | None) -> bool:
     """Ring the local agent, which rings every agent in the team deployment. False when
     no agent of this deployment runs here (agents poll the database anyway)."""

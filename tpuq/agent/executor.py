@@ -139,7 +139,7 @@ class Executor:
         orphans, foreign = [], []
         for p in found:
             m = p.environ_marker
-            ours = m.get("TPUQ_HOST") == self.name and "TPUQ_JOB_ID" in m
+            ours = holders.started_here(m, self.name, self.settings.checkpoints_dir)
             if ours and (m["TPUQ_JOB_ID"], m.get("TPUQ_ATTEMPT", "")) not in live:
                 orphans.append(p)
             elif not ours:

@@ -174,23 +174,27 @@ def find_holders(
     return holders
 
 
+def started_here(marker: dict[str, str], host: str, checkpoints_dir: str) -> bool:
+    """The process belongs to an attempt that an agent for `host` with this state
+    directory started: its environment says so (every child inherits it), and another
+    deployment's agent on the same machine under the same host name is told apart by
+    its TPUQ_HOME, where the checkpoint directories lie."""
+    return (marker.get("TPUQ_HOST") == host and "TPUQ_JOB_ID" in marker
+            and marker.get("TPUQ_CHECKPOINT_DIR", "").startswith(os.path.join(checkpoints_dir, "")))
+
+
 def find_attempt_processes(host: str, checkpoints_dir: str,
                            proc: str = "/proc") -> list[ProcInfo]:
-    """Processes of attempts that an agent for `host` with this state directory started
-    (their environment says so, and every child inherits it), whatever they hold.
+    """Processes of attempts started here (started_here), whatever they hold.
 
     When an agent starts, each of them is an orphan: it supervises nothing yet. The
     device scan finds orphans that hold the TPU; this finds the rest, above all one whose
     pid never reached the database because the agent died right after spawning it.
     """
-    under = os.path.join(checkpoints_dir, "")
     found = []
     for pid in _pids(proc):
-        if pid == os.getpid():
-            continue
-        m = _environ_marker(pid, proc)
-        if m.get("TPUQ_HOST") != host or "TPUQ_JOB_ID" not in m \
-                or not m.get("TPUQ_CHECKPOINT_DIR", "").startswith(under):
+        if pid == os.getpid() or not started_here(_environ_marker(pid, proc), host,
+                                                   checkpoints_dir):
             continue
         info = proc_info(pid, proc)
         if info is not None:

@@ -26,7 +26,7 @@ from tpuq.agent.tickers import Ticker
 from tpuq.scheduler.loop import Scheduler
 from tpuq.settings import Settings
 from tpuq.spec import JobSpec, SpecError
-from tpuq.state import attempts, hosts, jobs
+from tpuq.state import attempts, hosts, jobs, outage
 from tpuq.state.attempts import Ending
 from tpuq.state.db import Database
 from tpuq.state.outage import is_outage
@@ -228,6 +228,9 @@ class Agent:
 
     def recover(self) -> None:
         """Attempts this host owned before the agent (re)started are over: requeue them."""
+        # Orphans die before their jobs are requeued. Found by environment first (also one
+        # whose pid never reached the database), then by the pid recorded in this boot
+        # (also one that exec'd without tpuq's variables).
         orphans = holders.find_attempt_processes(self.name, self.settings.checkpoints_dir)
         if orphans:
             log.warning("killing orphans of earlier attempts: %s",
@@ -324,8 +327,7 @@ class Agent:
         except Exception as e:
             if not is_outage(e):
                 raise
-            first = (str(getattr(e, "orig", e)).strip().splitlines() or ["?"])[0]
-            return {"ok": False, "unavailable": True, "error": f"cannot use the database: {first}"}
+            return {"ok": False, "unavailable": True, "error": outage.describe(e)}
         self.wake_scheduler()  # only the leader has anything to do with a new job
         return {"ok": True, "id": job_id}
 
@@ -432,8 +434,5 @@ class Agent:
 
 def socket_has_agent(path: str, deployment: str | None = None) -> bool:
     """An agent answers on `path` (serving `deployment`, when one is named)."""
-    try:
-        reply = localclient.call(path, {"op": "ping"}, timeout=2.0)
-    except (OSError, ValueError):
-        return False
-    return bool(reply.get("ok")) and deployment in (None, reply.get("deployment"))
+    reply = localclient.ping(path)
+    return reply is not None and deployment in (None, reply.get("deployment"))

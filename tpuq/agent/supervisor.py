@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tpuq.agent import exits, holders, identity
 from tpuq.agent.chiplocks import ChipBusy, ChipLocks
@@ -123,14 +123,15 @@ class Supervisor(threading.Thread):
         w = self.work
         os.makedirs(os.path.dirname(log_path), exist_ok=True)
         env = self.ctx.attempt_env(w, self._progress_path())
-        argv, cwd, as_owner = list(w.command), w.cwd, {}
+        argv, cwd = list(w.command), w.cwd
+        as_owner: dict[str, Any] = {}
         if self.ctx.settings.run_as == "owner":
             acct = identity.account(w.owner)
             env.update(acct.env())
             self._hand_over(acct)
             argv, cwd, as_owner = identity.in_dir(w.cwd, argv), "/", acct.popen_kwargs()
         with open(log_path, "ab") as out:  # the agent's file: the job only gets the fd
-            return subprocess.Popen(  # type: ignore[call-overload, no-any-return]
+            return subprocess.Popen(
                 argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
                 stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
                 restore_signals=True, **as_owner,

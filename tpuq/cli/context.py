@@ -42,11 +42,11 @@ def _check_socket_only_shell(cfg: Settings) -> None:
     from tpuq import localclient
     from tpuq.cli.errors import Unavailable, UserError
 
-    try:
-        serves = localclient.call(cfg.socket_path, {"op": "ping"}, timeout=5.0).get("deployment")
-    except (OSError, ValueError):
+    reply = localclient.ping(cfg.socket_path, timeout=5.0)
+    if reply is None:
         raise Unavailable(f"no agent answers at {cfg.socket_path} (TPUQ_AGENT_SOCKET): is "
-                          "this host's agent running? (`systemctl status tpuq-agent`)") from None
+                          "this host's agent running? (`systemctl status tpuq-agent`)")
+    serves = reply.get("deployment")
     if serves != cfg.deployment:
         raise UserError(f"this shell reaches the host's agent (TPUQ_AGENT_SOCKET) but not "
                         f"its database ({serves}): `tpuq submit` works here; for this "

@@ -32,8 +32,9 @@ def translate(e: BaseException) -> UserError | None:
     if name in ("SchemaError", "AgentError"):
         return Unavailable(str(e))
     if name in ("OperationalError", "InterfaceError"):
-        first = (str(getattr(e, "orig", e)).strip().splitlines() or ["?"])[0]
-        return Unavailable(f"cannot use the database: {first}")
+        from tpuq.state.outage import describe  # SQLAlchemy raised it: already loaded
+
+        return Unavailable(describe(e))
     if isinstance(e, ConnectionError):
         return Unavailable(f"cannot reach a service: {e}")
     return None

@@ -53,7 +53,7 @@ def ring() -> None:
 def schedule() -> None:
     """Chips were freed on some host: the leader schedules now; other agents ignore it."""
     if _agent is not None and _agent.scheduler.leading:
-        _agent.sched_ticker.wake()
+        _agent.wake_scheduler()
 
 
 def register(app: Celery) -> None:

@@ -27,6 +27,12 @@ def is_outage(e: BaseException) -> bool:
     return isinstance(e, (exc.OperationalError, exc.InterfaceError, exc.TimeoutError))
 
 
+def describe(e: BaseException) -> str:
+    """A database error in one line, for people: the driver's first line, not SQL."""
+    first = (str(getattr(e, "orig", e)).strip().splitlines() or ["?"])[0]
+    return f"cannot use the database: {first}"
+
+
 def until_written(fn: Callable[[], T], what: str, *, max_wait_s: float = MAX_WAIT_S,
                   give_up: threading.Event | None = None) -> T:
     """Run `fn` (one whole transaction) until it succeeds, through any database outage.
