@@ -150,6 +150,17 @@ class Stack:
         except AssertionError as e:
             raise AssertionError(f"{e}; it is {self.job(job_id).state}\n{self.diagnose()}") from None
 
+    def wait_process(self, job_id: int, timeout: float = 30.0) -> Attempt:
+        """The job's running attempt once its process is recorded. `running` alone is not
+        enough: the state changes before the spawn, the pid is written just after it."""
+        def check() -> Attempt | None:
+            if self.job(job_id).state != "running":
+                return None
+            last = self.attempts(job_id)[-1]
+            return last if last.pid and last.proc_start else None
+
+        return wait_for(check, timeout, f"job {job_id} to run with its process recorded")
+
     def wait_all(self, ids: list[int], *states: str, timeout: float = 60.0) -> list[Job]:
         return [self.wait_state(i, *states, timeout=timeout) for i in ids]
 

@@ -112,8 +112,7 @@ def test_an_orphan_whose_pid_never_reached_the_database_is_killed_at_restart(sta
     before the job runs again, or two copies run at once."""
     agent = stack.start_agent(host, TPUQ_LEASE_S="600")
     job_id = stack.submit("--", "/bin/sleep", "600")
-    stack.wait_state(job_id, "running")
-    first = stack.attempts(job_id)[0]
+    first = stack.wait_process(job_id)
     agent.kill()
     with stack.db.write() as s:  # as if the agent died before it recorded the pid
         s.execute(update(Attempt).where(Attempt.id == first.id)
@@ -130,8 +129,7 @@ def test_an_orphan_whose_pid_never_reached_the_database_is_killed_at_restart(sta
 def test_reboot_requeues_active_jobs_at_once(stack, host):
     agent = stack.start_agent(host, TPUQ_LEASE_S="600")  # lease expiry must not be what saves it
     job_id = stack.submit("--", "/bin/sleep", "600")
-    stack.wait_state(job_id, "running")
-    pid = stack.attempts(job_id)[0].pid
+    pid = stack.wait_process(job_id).pid
     agent.kill()
     os.killpg(pid, signal.SIGKILL)  # a reboot kills everything
     host.reboot()

@@ -112,9 +112,10 @@ def test_dead_host_jobs_requeue_after_lease_expiry_and_run_elsewhere(team_stack,
     a, b = hosts(tmp_path, 2)
     agent_a = team_stack.start_agent(a)
     job_id = team_stack.submit("--", "/bin/sleep", "600")
-    assert team_stack.wait_state(job_id, "running").host == "tpu-0"
+    first = team_stack.wait_process(job_id)
+    assert first.host == "tpu-0"
     agent_b = team_stack.start_agent(b)
-    pid = team_stack.attempts(job_id)[0].pid
+    pid = first.pid
     agent_a.kill()  # the host dies: agent and job, and never comes back
     os.killpg(pid, signal.SIGKILL)
     job = wait_for(lambda: (j := team_stack.job(job_id)).host == "tpu-1" and j.state == "running"

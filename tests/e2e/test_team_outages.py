@@ -165,7 +165,7 @@ def test_postgres_restart_agents_reconnect_and_go_on(team_stack_private_pg, host
     agent = stack.start_agent(host)
     job_id = stack.submit(*gated(out, gate))
     stack.wait_log(job_id, "waiting")
-    att = wait_for(lambda: (a := stack.attempts(job_id)[0]).pid and a, 30, "the job's pid")
+    att = stack.wait_process(job_id)
 
     postmaster = stack.pg.pid
     stack.pg.restart()  # a real restart: fast shutdown cuts every connection, new postmaster
