@@ -37,6 +37,7 @@ def main() -> int:
                "TPUQ_FAULT_REPORT": str(report)}
         began = time.monotonic()
         rc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                             "--timeout=0",  # a batch runs for many minutes: pytest-timeout's 300 s is for CI
                              "tests/e2e/test_faults.py"], cwd=ROOT, env=env).returncode
         wall = time.monotonic() - began
         rows = [json.loads(line) for line in report.read_text().splitlines()] \
@@ -47,7 +48,7 @@ def main() -> int:
         print(f"  {r['deployment']:<8} runs {r['runs']}  jobs {r['jobs']}  "
               f"promises broken 0  ({r['seconds'] / 60:.0f} min)\n    faults: {faults}")
     if rc != 0:
-        print("  a run broke a promise: see pytest's report above (it names the run's seed)")
+        print("  the batch failed: pytest's report above names the run, its seed and what broke")
     return rc
 
 
