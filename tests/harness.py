@@ -163,6 +163,13 @@ class Stack:
             assert job is not None, f"job {job_id} missing"
             return job
 
+    def job_count(self) -> int:
+        """Jobs in the queue's database (0 when the embedded database was never made)."""
+        if "TPUQ_DATABASE_URL" not in self.extra and not (self.home / "tpuq.db").exists():
+            return 0
+        with self.db.read() as s:
+            return s.query(Job).count()
+
     def attempts(self, job_id: int) -> list[Attempt]:
         with self.db.read() as s:
             return list(s.query(Attempt).filter_by(job_id=job_id).order_by(Attempt.number))

@@ -267,6 +267,7 @@ class Identity(Reply):
 class Submitted(Reply):
     NAME: ClassVar[str] = "submitted"
     id: int = 0
+    warnings: list[str] = []  # accepted, but it may wait long (no host of its type yet)
 
 
 class JobList(Reply):

@@ -18,6 +18,7 @@ def test_team_over_its_quota_waits_with_the_reason_while_another_team_runs(stack
     gate = tmp_path / "gate"
     stack.tpuq("quota", "set", "vision", "--max-chips", "2")
     stack.tpuq("quota", "set", "audio", "--budget", "0")
+    stack.tpuq("quota", "set", "nlp", "--share", "1")  # teams are made by admins
     stack.start_agent(host)
     first = stack.submit("--chips", "2", *fixture_cmd("wait_file.py", gate), TPUQ_TEAM="vision")
     stack.wait_state(first, "running")

@@ -195,3 +195,16 @@ def test_with_the_agent_stopped_a_colleague_gets_one_clear_line(shared, people):
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert r.stderr.startswith("tpuq: error: ") and len(r.stderr.splitlines()) == 1, r.stderr
     assert "agent" in r.stderr
+
+
+def test_only_a_teams_members_charge_it_and_the_default_team_stays_open(shared, people):
+    alice, bob = people
+    shared.tpuq("quota", "add-member", "vision", alice.name)
+    job = submit(shared, alice, "--team", "vision", "--", "/bin/true")
+    assert shared.wait_state(job, "succeeded").team == "vision"
+    r = bob.tpuq("submit", "--team", "vision", "--", "/bin/true", env=user_env(shared, bob))
+    assert (r.returncode, r.stderr) == (2, f"tpuq: error: {bob.name} is not a member of team "
+                                           f"vision; an admin adds you with `tpuq quota "
+                                           f"add-member vision {bob.name}`\n")
+    own = submit(shared, bob, "--", "/bin/true")
+    assert shared.wait_state(own, "succeeded").team == "default"

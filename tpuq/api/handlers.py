@@ -46,7 +46,7 @@ from tpuq.protocol import (
 )
 from tpuq.settings import Settings
 from tpuq.spec import JobSpec, SpecError
-from tpuq.state import admins, attempts, hosts, jobs, outage, queries, teams, usage
+from tpuq.state import admins, admission, attempts, hosts, jobs, outage, queries, teams, usage
 from tpuq.state.db import Database
 from tpuq.state.states import StopRequest
 
@@ -90,7 +90,7 @@ class Api:
             kind = outage.refusal(e)
             if kind is None:
                 raise
-            return Refusal(kind=kind, error=outage.describe(e))
+            return Refusal(kind=kind, error=outage.describe(e, self.db.safe_url))
 
     # ---- who, and the queue ----------------------------------------------------------
     def whoami(self, req: WhoAmI, caller: Caller) -> Reply:
@@ -99,8 +99,9 @@ class Api:
     def submit(self, req: Submit, caller: Caller) -> Reply:
         spec = JobSpec.from_dict({**req.spec, "owner": caller.name})
         with self.db.write() as s:
+            warnings = admission.admit(s, spec, admin=caller.admin, open_team=self.settings.team)
             job_id = jobs.submit(s, spec, actor=caller.name, held=req.held)
-        return Submitted(id=job_id)
+        return Submitted(id=job_id, warnings=warnings)
 
     def list_jobs(self, req: ListJobs, caller: Caller) -> Reply:
         with self.db.read() as s:

@@ -65,11 +65,18 @@ def upgrade() -> None:
 @db.command()
 def current() -> None:
     """Print the database's schema revision and the one this tpuq needs."""
+    from tpuq.cli.errors import Unavailable
     from tpuq.state.db import SCHEMA_HEAD, Database
 
     database = Database(context.settings().db_url)
-    click.echo(f"{database.safe_url}: at {database.schema_version() or 'nothing'}, "
-               f"tpuq needs {SCHEMA_HEAD}")
+    version = database.schema_version()
+    if version is None:
+        raise Unavailable(f"{database.safe_url}: no tpuq schema, tpuq needs {SCHEMA_HEAD}: "
+                          "run `tpuq db upgrade`")
+    click.echo(f"{database.safe_url}: at {version}, tpuq needs {SCHEMA_HEAD}"
+               + ("" if version == SCHEMA_HEAD else ": run `tpuq db upgrade`"))
+    if version != SCHEMA_HEAD:
+        sys.exit(1)
 
 
 @click.command()

@@ -107,25 +107,26 @@ def submit(command: tuple[str, ...], name: str | None, chips: int | None, tpu_ty
         ).validate()
     except SpecError as e:
         raise UserError(str(e)) from None
-    job_id, note = _send(cfg, spec, hold)
+    job_id, notes = _send(cfg, spec, hold)
     if as_json:
         context.echo_json({"id": job_id, "state": "held" if hold else "queued"})
     elif quiet:
         click.echo(job_id)
     else:
         click.echo(f"submitted job {job_id}" + (" (held)" if hold else ""))
-    if note and not quiet and not as_json:
+    for note in notes:  # on stderr, so even -q and --json show them
         click.echo(note, err=True)
 
 
-def _send(cfg: Settings, spec: JobSpec, hold: bool) -> tuple[int, str]:
-    """Queue the spec; (job id, a note for the user or "")."""
+def _send(cfg: Settings, spec: JobSpec, hold: bool) -> tuple[int, list[str]]:
+    """Queue the spec; (job id, warnings and notes for the user)."""
     from tpuq.protocol import Submit, Submitted
 
     reply = context.ask(Submit(spec=spec.to_dict(), held=hold), Submitted)
+    notes = list(reply.warnings)
     if cfg.embedded and not context.client().via_agent:
-        return reply.id, "note: no agent is running on this VM; start one with `tpuq agent`"
-    return reply.id, ""
+        notes.append("note: no agent is running on this VM; start one with `tpuq agent`")
+    return reply.id, notes
 
 
 COMMANDS = [submit]

@@ -14,15 +14,7 @@ from __future__ import annotations
 import time
 
 from tpuq.scheduler.views import TeamView
-
-
-def family(tpu_type: str) -> str:
-    """Family of a type: "v4-8" -> "v4", "v5litepod-8" -> "v5litepod".
-
-    Types without a dash are their own family.
-    """
-    head, sep, _ = tpu_type.rpartition("-")
-    return head if sep else tpu_type
+from tpuq.shapes import family
 
 
 def cap_matches(cap_key: str, tpu_type: str) -> bool:

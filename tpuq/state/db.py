@@ -115,11 +115,19 @@ class Database:
             yield s
 
     def schema_version(self) -> str | None:
+        """The schema revision; None for a reachable database without tpuq's schema.
+        A database that cannot be reached raises SchemaError saying why (outage.py)."""
+        from tpuq.state.outage import describe
+
         try:
-            with self._read_engine.connect() as c:
+            c = self._read_engine.connect()
+        except (OperationalError, ProgrammingError) as e:
+            raise SchemaError(describe(e, self.safe_url)) from None
+        with c:
+            try:
                 return c.execute(text("SELECT version_num FROM alembic_version")).scalar()
-        except (OperationalError, ProgrammingError):
-            return None
+            except (OperationalError, ProgrammingError):
+                return None
 
     def upgrade(self) -> None:
         from tpuq.state.migrate import upgrade
@@ -134,10 +142,11 @@ class Database:
         if auto_upgrade:
             self.upgrade()
             return
-        have = f"at revision {version}" if version else "not initialised"
-        raise SchemaError(
-            f"database {self.safe_url} is {have}, tpuq needs {SCHEMA_HEAD}: run `tpuq db upgrade`"
-        )
+        if version is None:
+            raise SchemaError(f"database {self.safe_url} has no tpuq schema: "
+                              "run `tpuq db upgrade` (once, for the deployment)")
+        raise SchemaError(f"database {self.safe_url} is at revision {version}, tpuq needs "
+                          f"{SCHEMA_HEAD}: run `tpuq db upgrade`")
 
     @property
     def safe_url(self) -> str:

@@ -13,12 +13,11 @@ from typing import Any, cast
 from sqlalchemy import Row, Table, insert, select
 from sqlalchemy.orm import Session
 
-from tpuq.shapes import allowed_chip_counts
-from tpuq.spec import SPEC_FIELDS, JobSpec, SpecError
-from tpuq.state import queries
+from tpuq.spec import SPEC_FIELDS, JobSpec
+from tpuq.state import admission, queries
 from tpuq.state.attempts import release_chips
 from tpuq.state.clock import db_now
-from tpuq.state.models import Host, Job, JobEvent
+from tpuq.state.models import Job, JobEvent
 from tpuq.state.states import TERMINAL, JobState, StopRequest
 from tpuq.state.transitions import transition
 
@@ -35,7 +34,7 @@ def submit(s: Session, spec: JobSpec, actor: str | None = None, held: bool = Fal
     give the chips asked for.
     """
     spec.validate()
-    check_shape(s, spec.chips, spec.tpu_type)
+    admission.check_shape(s, spec)
     state = H if held else Q
     values = spec.to_dict()
     job_id = s.execute(
@@ -59,23 +58,6 @@ def submit(s: Session, spec: JobSpec, actor: str | None = None, held: bool = Fal
         )
     )
     return int(job_id)
-
-
-def check_shape(s: Session, chips: int | None, tpu_type: str | None) -> None:
-    """A chip count no registered host (of the type asked) can give is a mistake now, not a
-    job that waits forever. With no such host registered yet we cannot tell: accept."""
-    if chips is None:
-        return
-    q = select(Host.chips)
-    if tpu_type:
-        q = q.where(Host.tpu_type == tpu_type)
-    sizes = sorted({len(c) for c in s.scalars(q) if c})
-    if not sizes or any(chips in allowed_chip_counts(n) for n in sizes):
-        return
-    where = f" of type {tpu_type}" if tpu_type else ""
-    offers = "; ".join(f"{n}-chip hosts allow {', '.join(map(str, allowed_chip_counts(n)))}"
-                       for n in sizes)
-    raise SpecError(f"no host{where} offers {chips} chip{'s' if chips != 1 else ''}: {offers}")
 
 
 @dataclass(frozen=True)

@@ -58,10 +58,44 @@ def refusal(e: BaseException) -> Failure | None:
     return None
 
 
-def describe(e: BaseException) -> str:
-    """A database error in one line, for people: the driver's first line, not SQL."""
+# What the server or driver says (libpq, SQLite), and what it means for the operator.
+# Each kind is its own line: an outage is not a missing schema, and a missing database
+# is not an outage.
+_KINDS = (
+    (("connection refused",), "connection refused (is the server running and listening there?)"),
+    (("could not translate host name", "name or service not known", "nodename nor servname"),
+     "unknown host name (check the host in TPUQ_DATABASE_URL)"),
+    (("timeout expired", "timed out"), "no answer (a firewall, or the server is down)"),
+    (("password authentication failed", "authentication failed", "no password supplied"),
+     "authentication failed (check the user and password in TPUQ_DATABASE_URL)"),
+    (("role", "does not exist"), "no such user on the server (check TPUQ_DATABASE_URL, or "
+                                 "create the role)"),
+    (("database", "does not exist"), "no such database on the server (create it, e.g. "
+                                     "`createdb NAME`, or fix TPUQ_DATABASE_URL)"),
+    (("unable to open database file",), "cannot open the database file (does its directory "
+                                        "exist and may you write there?)"),
+    (("file is not a database",), "the file is not a database (a damaged or foreign file?)"),
+)
+
+
+def kind_of(e: BaseException) -> str | None:
+    """What a connection error means, in words, or None when it is something else."""
+    text = str(getattr(e, "orig", e)).lower()
+    for needles, meaning in _KINDS:
+        if all(n in text for n in needles):
+            return meaning
+    return None
+
+
+def describe(e: BaseException, url: str | None = None) -> str:
+    """A database error in one line, for people: what it means, else the driver's first
+    line (never SQL)."""
+    where = f"database {url}" if url else "the database"
+    meaning = kind_of(e)
+    if meaning is not None:
+        return f"cannot use {where}: {meaning}"
     first = (str(getattr(e, "orig", e)).strip().splitlines() or ["?"])[0]
-    return f"cannot use the database: {first}"
+    return f"cannot use {where}: {first}"
 
 
 def until_written(fn: Callable[[], T], what: str, *, max_wait_s: float = MAX_WAIT_S,
