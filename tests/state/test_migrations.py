@@ -37,7 +37,7 @@ def test_agent_refuses_database_not_at_head_and_names_the_command(pg_url, tmp_pa
     r = subprocess.run([sys.executable, "-c", "from tpuq.cli.main import main; main()", "agent"],
                        env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 1
-    assert "not initialised" in r.stderr and "run `tpuq db upgrade`" in r.stderr
+    assert "has no tpuq schema: run `tpuq db upgrade`" in r.stderr
     assert "Traceback" not in r.stderr
     up = subprocess.run([sys.executable, "-c", "from tpuq.cli.main import main; main()", "db",
                          "upgrade"], env=env, capture_output=True, text=True, timeout=60)
