@@ -100,7 +100,7 @@ def test_aligned_blocks() -> None:
     # Chips 1 and 2 are free but not an aligned pair; 2 and 3 are.
     p = plan([job(1, chips=2)], [host("h", free={1, 2, 3})], {}, NOW)
     assert p.assignments == (Assignment(1, "h", (2, 3)),)
-    p = plan([job(1, chips=2)], [host("h", free={1, 2})], {}, NOW)
+    p = plan([job(1, chips=2)], [host("h", free={1, 2})], {}, NOW, max_reservations=0)
     assert p.assignments == () and p.waiting[1] == "waiting for 2 free chips"
 
 
@@ -133,25 +133,38 @@ def test_type_match_and_unschedulable() -> None:
     assert p.waiting[1] == "waiting for 1 free chip on a v4-8 host"
 
 
-def test_backfill_when_head_does_not_fit() -> None:
-    jobs = [job(1, chips=None, tpu_type="v4-8", submitted_at=NOW - 60), job(2)]
+def test_a_job_that_cannot_fit_reserves_at_once_and_later_jobs_without_a_limit_wait() -> None:
+    jobs = [job(1, chips=None, tpu_type="v4-8", submitted_at=NOW - 200), job(2)]
     p = plan(jobs, [host("h", free={0, 1})], {}, NOW)
-    assert [a.job_id for a in p.assignments] == [2]
-    assert p.waiting[1] == "waiting for a free v4-8 host"
+    assert p.assignments == () and p.reserved == {"h": 1}
+    assert p.waiting[1] == "h reserved for it, start unknown (running jobs there have no " \
+                           "time limit)"
+    assert p.waiting[2] == "h reserved for job 1"
 
 
-def test_reservation_after_long_wait_stops_backfill() -> None:
-    jobs = [job(7, chips=None, submitted_at=NOW - 900), job(8)]
-    hosts = [host("h1", free={0, 1}), host("h2", free={0, 1, 2})]
-    p = plan(jobs, hosts, {}, NOW)
-    # h2 needs one chip to drain; the small job may not take chips there.
-    assert p.reserved == {"h2": 7}
-    assert p.assignments == (Assignment(8, "h1", (0,)),)
-    assert p.waiting[7] == "waiting for host h2 to drain (reserved, waited 15 min)"
-    p = plan(jobs, [hosts[1]], {}, NOW)
-    assert p.assignments == () and p.waiting[8] == "reserved for job 7 (waited 15 min)"
-    assert plan(jobs, hosts, {}, NOW, reserve_after_s=1000).reserved == {}
-    assert plan(jobs, hosts, {}, NOW, max_reservations=0).reserved == {}
+def test_backfill_only_by_jobs_that_end_before_the_reservation_starts() -> None:
+    # chips 2 and 3 are busy until NOW + 3600 (their jobs' time limits)
+    h = host("h", free={0, 1}, free_at={2: NOW + 3600, 3: NOW + 1800})
+    jobs = [job(1, chips=None, submitted_at=NOW - 200), job(2, time_limit_s=3600.0),
+            job(3, time_limit_s=3601.0), job(4)]
+    p = plan(jobs, [h], {}, NOW)
+    assert p.reserved == {"h": 1}
+    assert [a.job_id for a in p.assignments] == [2], "ends by the start: backfills"
+    start = time.strftime("%H:%M", time.localtime(NOW + 3600))
+    assert p.waiting[1] == f"h reserved for it, starts by {start}"
+    assert p.waiting[3] == p.waiting[4] == \
+        f"h reserved for job 1; a job whose --time ends by {start} may use it"
+
+
+def test_the_reservation_goes_where_the_job_starts_soonest() -> None:
+    hosts = [host("slow", free={0, 1, 2}), host("soon", free={0, 1}, free_at={2: NOW + 60,
+                                                                            3: NOW + 60})]
+    p = plan([job(7, chips=None)], hosts, {}, NOW)
+    assert p.reserved == {"soon": 7}, "one busy chip with no limit waits longer than two " \
+                                      "that end in a minute"
+    assert plan([job(7, chips=None)], hosts, {}, NOW, max_reservations=0).reserved == {}
+    assert plan([job(7, chips=None, submitted_at=NOW)], hosts, {}, NOW,
+                reserve_after_s=60).reserved == {}
 
 
 # --- filters and reasons -----------------------------------------------------------------

@@ -35,8 +35,12 @@ def need_key(chips: int | None) -> int:
     return chips if chips > 0 else -1
 
 
+INF = float("inf")
+
+
 class Host:
-    __slots__ = ("allowed", "chips", "entries", "free", "n", "name", "schedulable", "type")
+    __slots__ = ("allowed", "chips", "entries", "free", "free_at", "n", "name", "schedulable",
+                 "type")
 
     def __init__(self, view: HostView) -> None:
         self.name = view.name
@@ -46,6 +50,7 @@ class Host:
         self.allowed = allowed_chip_counts(self.n)
         self.free = set(view.free).intersection(self.chips)
         self.schedulable = view.schedulable
+        self.free_at = view.free_at
         self.entries: list[tuple[Key, int]] = []
 
     def size_for(self, need: int) -> int:
@@ -67,6 +72,17 @@ class Host:
         """Fewest busy chips over aligned blocks: how far the host is from fitting."""
         counts = [sum(c not in self.free for c in b) for _, b in self.blocks(need)]
         return min(counts) if counts else None
+
+    def start_estimate(self, need: int, now: float) -> float:
+        """Earliest time some aligned block of `need` chips is all free, from the busy
+        chips' time limits: `now` if one is free, INF when every block waits on a job
+        without a time limit (or the host has no such block)."""
+        best = INF
+        for _, block in self.blocks(need):
+            t = max((now if c in self.free else self.free_at.get(c, INF) for c in block),
+                    default=now)
+            best = min(best, max(t, now))
+        return best
 
     def pick_block(self, need: int) -> tuple[int, ...]:
         size = self.size_for(need)
@@ -94,7 +110,8 @@ class Pool:
         self.offered: set[Key] = set()  # job view: (job tpu_type or None=any, need)
         self.min_whole: dict[str | None, int] = {}  # smallest host per job type key
         self.reserved: dict[str, int] = {}  # host name -> job id
-        self.reserved_hosts: list[tuple[Host, int, float]] = []  # host, job id, since
+        # host, job id, waiting since, estimated start of the reservation (INF: unknown)
+        self.reserved_hosts: list[tuple[Host, int, float, float]] = []
         for h in self.hosts:
             self._offer(h)
             if h.schedulable and h.n:
@@ -162,25 +179,47 @@ class Pool:
         block = h.pick_block(need)
         self._unindex(h)
         h.free.difference_update(block)
-        self._index(h)
+        if h.name not in self.reserved:  # a reserved host stays out of the index
+            self._index(h)
         return block
 
-    def drain_candidate(self, job_type: str | None, need: int, ok: QuotaOk) -> Host | None:
-        """Host the request would fit on soonest: fewest busy chips in an aligned block."""
-        best: Host | None = None
-        best_key = (0, 0)
+    def drain_candidate(self, job_type: str | None, need: int, ok: QuotaOk,
+                        now: float) -> tuple[Host, float] | None:
+        """(host, estimated start) where the request would fit soonest: the earliest
+        estimated start from the busy chips' time limits, then the fewest busy chips."""
+        best: tuple[Host, float] | None = None
+        best_key = (INF, 0, 0)
         for t in self.types if job_type is None else (job_type,):
             for h in self.by_type.get(t, ()):
                 busy = h.busy_in_best_block(need)
                 if busy is None or h.name in self.reserved or not ok(t, h.size_for(need)):
                     continue
-                key = (busy, -len(h.free))
+                start = h.start_estimate(need, now)
+                key = (start, busy, -len(h.free))
                 if best is None or key < best_key:
-                    best, best_key = h, key
+                    best, best_key = (h, start), key
         return best
 
-    def reserve(self, h: Host, job_id: int, since: float) -> None:
-        """Keep the host's free chips for `job_id`: later jobs of this pass skip it."""
+    def reserve(self, h: Host, job_id: int, since: float, start: float) -> None:
+        """Keep the host's free chips for `job_id`, which should start there at `start`:
+        later jobs of this pass take them only to backfill (see `backfill`)."""
         self._unindex(h)
         self.reserved[h.name] = job_id
-        self.reserved_hosts.append((h, job_id, since))
+        self.reserved_hosts.append((h, job_id, since, start))
+
+    @property
+    def backfillable(self) -> bool:
+        return any(h.free for h, _, _, _ in self.reserved_hosts)
+
+    def backfill(self, job_type: str | None, need: int, ends_at: float,
+                 ok: QuotaOk) -> Host | None:
+        """A reserved host whose free chips a job ending at `ends_at` may use: it gives
+        them back before the reservation's estimated start (SLURM's backfill rule).
+        Best fit: the fewest free chips."""
+        found: Host | None = None
+        for h, _, _, start in self.reserved_hosts:
+            if ends_at > start or job_type not in (None, h.type) or not h.has_block(need):
+                continue
+            if ok(h.type, h.size_for(need)) and (found is None or len(h.free) < len(found.free)):
+                found = h
+        return found

@@ -42,10 +42,12 @@ def views(snap: snapshot.Snapshot) -> tuple[list[policy.JobView], list[policy.Ho
     jobs = [policy.JobView(id=r.id, team=r.team, user=r.owner, priority=r.priority,
                            submitted_at=r.submitted_at, chips=r.chips, tpu_type=r.tpu_type,
                            not_before=r.not_before,
-                           est_hours=(r.time_limit_s or 0.0) / 3600.0) for r in snap.queued]
+                           est_hours=(r.time_limit_s or 0.0) / 3600.0,
+                           time_limit_s=r.time_limit_s) for r in snap.queued]
     hosts = [policy.HostView(name=name, tpu_type=tpu_type, chips=chips,
                              free=frozenset(chips) - snap.used.get(name, set()),
-                             schedulable=ok) for name, tpu_type, chips, ok in snap.hosts]
+                             schedulable=ok, free_at=snap.ends.get(name, {}))
+             for name, tpu_type, chips, ok in snap.hosts]
     names = set(snap.team_running) | set(snap.teams) | set(snap.usage)
     return jobs, hosts, {t: team_view(snap, t) for t in names}
 

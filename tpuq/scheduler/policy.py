@@ -8,15 +8,16 @@ One `plan()` call is one pass of the scheduler leader loop:
    for the pass; quota counters are updated after every assignment of the pass.
 3. Placement (see hostpool.py): best fit on aligned chip blocks.
 
-Backfill and starvation: the pass is work-conserving -- when a job finds no room, later
-(smaller) jobs may still take free chips. That keeps chips busy but lets a stream of
-small jobs starve a large one forever (every chip that frees is grabbed before a whole
-aligned block frees). Mitigation: a multi-chip job that finds no room and has waited
-longer than `reserve_after_s` reserves the host it would fit on soonest (fewest busy
-chips in an aligned block); no later job of the pass takes chips there, so the host
-drains. Jobs ordered before it still may (the ordering decides who goes first; fair share
-eventually ranks its team first). At most `max_reservations` hosts are reserved per pass
-to bound the chips left idle. 1-chip jobs never reserve: any freed chip fits them.
+Reservations and backfill (SLURM's backfill rule): the pass is work-conserving -- when a
+job finds no room, later (smaller) jobs may still take free chips -- but a job that
+cannot fit reserves, at once, the host where it will fit soonest: the earliest estimated
+start from the busy chips' time limits (a chip whose job has no limit frees at an unknown
+time), then the fewest busy chips. A later job of the pass takes chips on a reserved host
+only if its own time limit ends before that estimated start (it backfills); jobs without
+a limit never do. Jobs ordered before the holder still may (the ordering decides who
+goes first). At most `max_reservations` hosts are reserved per pass, to bound the chips
+left idle; 1-chip jobs never reserve (any freed chip fits them). Reservations are not
+stored: every pass makes them again from the same inputs.
 
 Waiting reasons describe the state after applying the plan, and are computed lazily when
 `Plan.waiting` is read (a 100k-job queue would otherwise cost more than the pass itself);
@@ -29,7 +30,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
 
 from tpuq.scheduler.fairshare import group_by_team, sort_within_team, teams_in_order
-from tpuq.scheduler.hostpool import WHOLE, Pool, need_key
+from tpuq.scheduler.hostpool import INF, WHOLE, Host, Pool, need_key
 from tpuq.scheduler.quota import TeamState, clock
 from tpuq.scheduler.views import Assignment, HostView, JobView, Plan, TeamView
 
@@ -43,7 +44,7 @@ def plan(
     now: float,
     succeeded: frozenset[int] = frozenset(),
     *,
-    reserve_after_s: float = 600.0,
+    reserve_after_s: float = 0.0,
     max_reservations: int = 4,
 ) -> Plan:
     """Decide which queued jobs start now and where; say why the others wait."""
@@ -76,6 +77,7 @@ class _Planner:
         self.assignments: list[Assignment] = []
         self.assigned: set[int] = set()
         self.reserved_for: dict[int, str] = {}  # job id -> host name
+        self.starts: dict[int, float] = {}  # job id -> its reservation's estimated start
         self.memo: dict[tuple[object, ...], str] = {}
 
     def state(self, team: str) -> TeamState:
@@ -87,7 +89,7 @@ class _Planner:
     def run(self, jobs: Sequence[JobView]) -> None:
         groups = group_by_team(jobs)
         for name in teams_in_order(groups, self.teams):
-            if not self.pool.fit:
+            if not self.pool.fit and not self.pool.backfillable:
                 return  # no free chip anywhere: the rest only needs reasons (lazy)
             ts = self.state(name)
             if ts.full():
@@ -108,10 +110,13 @@ class _Planner:
             if (job.tpu_type, need) not in offered:
                 continue
             if not pool.has_room(job.tpu_type, need):
-                self._maybe_reserve(job, ts, need)
+                if not self._try_backfill(job, ts, need):
+                    self._maybe_reserve(job, ts, need)
+                elif ts.full():
+                    return
             elif self._try_place(job, ts, need) and ts.full():
                 return
-            if not pool.fit:
+            if not pool.fit and not pool.backfillable:
                 return
 
     def _try_place(self, job: JobView, ts: TeamState, need: int) -> bool:
@@ -124,26 +129,41 @@ class _Planner:
             host = self.pool.best(
                 job.tpu_type, need, lambda t, size: ts.check(user, size, t, est) is None
             )
+        return self._assign(job, ts, host, need)
+
+    def _assign(self, job: JobView, ts: TeamState, host: Host | None, need: int) -> bool:
         if host is None:
             return False
         chips = self.pool.take(host, need)
-        ts.add(user, len(chips), host.type, est)
+        ts.add(job.user, len(chips), host.type, job.est_hours)
         self.assignments.append(Assignment(job.id, host.name, chips))
         self.assigned.add(job.id)
         return True
 
+    def _try_backfill(self, job: JobView, ts: TeamState, need: int) -> bool:
+        """A job with a time limit that ends before a reservation starts may use the
+        reserved host's free chips meanwhile."""
+        if job.time_limit_s is None or not self.pool.reserved_hosts:
+            return False
+        user, est = job.user, job.est_hours
+        host = self.pool.backfill(job.tpu_type, need, self.now + job.time_limit_s,
+                                  lambda t, size: ts.check(user, size, t, est) is None)
+        return self._assign(job, ts, host, need)
+
     def _maybe_reserve(self, job: JobView, ts: TeamState, need: int) -> None:
         if need == 1 or len(self.reserved_for) >= self.max_reservations:
             return
-        if self.now - job.submitted_at <= self.reserve_after_s or job.id in self.reserved_for:
+        if self.now - job.submitted_at < self.reserve_after_s or job.id in self.reserved_for:
             return
         user, est = job.user, job.est_hours
-        host = self.pool.drain_candidate(
-            job.tpu_type, need, lambda t, size: ts.check(user, size, t, est) is None
+        found = self.pool.drain_candidate(
+            job.tpu_type, need, lambda t, size: ts.check(user, size, t, est) is None, self.now
         )
-        if host is not None:
-            self.pool.reserve(host, job.id, job.submitted_at)
+        if found is not None:
+            host, start = found
+            self.pool.reserve(host, job.id, job.submitted_at, start)
             self.reserved_for[job.id] = host.name
+            self.starts[job.id] = start
 
     def explain(self, job: JobView) -> str:
         """Why `job` is not assigned, judged on the state after the pass."""
@@ -158,8 +178,7 @@ class _Planner:
                 return f"waiting for job{'s' if len(unmet) > 1 else ''} {', '.join(unmet)}"
         host = self.reserved_for.get(job.id)
         if host is not None:
-            waited = self._mins(job.submitted_at)
-            return f"waiting for host {host} to drain (reserved, waited {waited})"
+            return f"{host} reserved for it, {self._start_words(self.starts[job.id])}"
         key = (job.team, job.user, job.tpu_type, need, job.est_hours)
         reason = self.memo.get(key)
         if reason is None:
@@ -187,12 +206,19 @@ class _Planner:
 
     def _reserved_words(self, job: JobView, ts: TeamState, need: int) -> str | None:
         """Blame a reservation if the job would otherwise fit on a reserved host."""
-        for h, holder, since in self.pool.reserved_hosts:
+        for h, holder, _since, start in self.pool.reserved_hosts:
             if job.tpu_type not in (None, h.type) or not h.has_block(need):
                 continue
             if ts.check(job.user, h.size_for(need), h.type, job.est_hours) is None:
-                return f"reserved for job {holder} (waited {self._mins(since)})"
+                hint = "" if start == INF else \
+                    f"; a job whose --time ends by {clock(start, '%H:%M')} may use it"
+                return f"{h.name} reserved for job {holder}{hint}"
         return None
+
+    def _start_words(self, start: float) -> str:
+        if start == INF:
+            return "start unknown (running jobs there have no time limit)"
+        return "starts now" if start <= self.now else f"starts by {clock(start, '%H:%M')}"
 
     def _capacity_words(self, job: JobView, need: int) -> str:
         if need == WHOLE:

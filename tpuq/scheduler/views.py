@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 _NO_COUNTS: Mapping[str, int] = MappingProxyType({})
+_NO_TIMES: Mapping[int, float] = MappingProxyType({})
 
 
 def _no_counts() -> Mapping[str, int]:
@@ -24,6 +25,9 @@ class HostView:
     chips: tuple[int, ...]  # all chip indices on the host
     free: frozenset[int]  # chips not allocated right now
     schedulable: bool = True  # False when draining, busy (foreign holder), heartbeat stale
+    # busy chip -> when its job's time limit ends (epoch s); a busy chip not listed frees
+    # at an unknown time (its job has no time limit)
+    free_at: Mapping[int, float] = field(default_factory=lambda: _NO_TIMES)
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,7 @@ class JobView:
     not_before: float | None = None  # retry backoff: not eligible before this time
     depends_on: tuple[int, ...] = ()  # job ids that must have succeeded
     est_hours: float = 0.0  # for budget checks (0 = unknown, not checked)
+    time_limit_s: float | None = None  # backfill: may run on reserved chips if it ends first
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from tpuq.state import hosts
 from tpuq.state import usage as usage_mod
 from tpuq.state.clock import db_now
-from tpuq.state.models import Allocation, Host, Job, Team
+from tpuq.state.models import Allocation, Attempt, Host, Job, Team
 from tpuq.state.states import JobState
 
 
@@ -34,11 +34,14 @@ class Snapshot:
         field(default_factory=dict)
     teams: dict[str, Any] = field(default_factory=dict)  # rows of the teams table
     usage: dict[str, usage_mod.Usage] = field(default_factory=dict)
+    # host -> chip -> when the job holding it reaches its time limit (jobs with a limit)
+    ends: dict[str, dict[int, float]] = field(default_factory=lambda: defaultdict(dict))
 
 
 # Core columns (no ORM layer): this runs after every finished job
 JOBS = cast(Table, Job.__table__)
 ALLOCATIONS = cast(Table, Allocation.__table__)
+ATTEMPTS = cast(Table, Attempt.__table__)
 TEAMS = cast(Table, Team.__table__)
 QUEUED_COLUMNS = tuple(JOBS.c[n] for n in (
     "id", "team", "owner", "priority", "submitted_at", "chips", "tpu_type", "not_before",
@@ -66,12 +69,27 @@ def read(s: Session, host_stale_s: float, half_life_h: float,
         snap.hosts.append((h.name, h.tpu_type, tuple(h.chips), ok))
         if h.booked:
             snap.used[h.name].update(h.booked)
+    if snap.queued and snap.used:
+        for host, chip, end in s.execute(_limited_chips()):
+            snap.ends[host][chip] = float(end)
     snap.teams = {t.name: t for t in s.execute(select(TEAMS))}
     # chips in use per team only matter to limits, and limits live in team rows
     snap.team_running = usage_mod.team_running(s) if snap.teams else {}
     periods = {name: t.budget_period for name, t in snap.teams.items()}
     snap.usage = usage if usage is not None else usage_mod.usage(s, now, half_life_h, periods)
     return snap
+
+
+def _limited_chips() -> Any:
+    """(host, chip, end) of chips held by attempts whose job has a time limit: when the
+    reservation of a job that waits for them can start (backfill, scheduler/policy.py)."""
+    started = func.coalesce(ATTEMPTS.c.started_at, ATTEMPTS.c.assigned_at)
+    return (select(ALLOCATIONS.c.host, ALLOCATIONS.c.chip,
+                   (started + JOBS.c.time_limit_s).label("end"))
+            .join(JOBS, JOBS.c.id == ALLOCATIONS.c.job_id)
+            .join(ATTEMPTS, (ATTEMPTS.c.job_id == ALLOCATIONS.c.job_id)
+                  & (ATTEMPTS.c.number == ALLOCATIONS.c.attempt))
+            .where(JOBS.c.time_limit_s.is_not(None)))
 
 
 def _booked_chips(s: Session) -> Any:
