@@ -298,6 +298,10 @@ class Keeper:
     # -- the job --------------------------------------------------------------------------------
     def _signal(self, sig: signal.Signals) -> None:
         if self.proc is not None and self.ended is None:
+            if select.select([self.pidfd], [], [], 0)[0]:
+                # it has exited already (a zombie not yet reaped): its work ended without
+                # us, whatever its status says; the exit is collected by _job_exited
+                return
             try:
                 os.killpg(self.proc.pid, sig)
                 self.signalled = True
