@@ -26,6 +26,7 @@ CHECKPOINT_DIR = "TPUQ_CHECKPOINT_DIR"  # the same for every attempt of a job
 RESUMED = "TPUQ_RESUMED"  # "1" from the second attempt on
 PREEMPT_SIGNAL = "TPUQ_PREEMPT_SIGNAL"  # the signal tpuq stops the job with
 PROGRESS_FILE = "TPUQ_PROGRESS_FILE"  # where tpuq.job.checkpointed() reports steps
+COORDINATOR_PORT = "JAX_COORDINATOR_PORT"  # jax.distributed's port; per subset (below)
 # Every child of an attempt inherits these: they mark a process as an attempt's (holders.py).
 MARKER_VARS = (JOB_ID, ATTEMPT, HOST, CHECKPOINT_DIR)
 # What the job-side helper reads (tpuq/job.py spells them itself to stay import-light;
@@ -33,10 +34,38 @@ MARKER_VARS = (JOB_ID, ATTEMPT, HOST, CHECKPOINT_DIR)
 JOB_SIDE = (JOB_ID, ATTEMPT, CHECKPOINT_DIR, RESUMED, PREEMPT_SIGNAL, PROGRESS_FILE)
 
 # ---- taken from the submitter's shell (tpuq submit) --------------------------------------------
-# So the job sees the same interpreter and libraries; `--env NAME` adds more.
+# By default (`--export ALL`, as sbatch) every variable of the submitting shell passes,
+# so a job computes what the same command computes in that shell (BLAS, locale, thread
+# counts...), except these, each for its reason:
+SESSION_VARS = {  # they describe the submitting terminal session, which the job is not in
+    "DISPLAY": "an X display the job cannot reach",
+    "WAYLAND_DISPLAY": "a display the job cannot reach",
+    "XAUTHORITY": "the display's credentials",
+    "TERM": "the terminal type; a job's output goes to a file",
+    "TERM_PROGRAM": "the terminal", "TERM_PROGRAM_VERSION": "the terminal",
+    "COLORTERM": "the terminal's colours", "COLUMNS": "the terminal's width",
+    "LINES": "the terminal's height", "LS_COLORS": "the terminal's colours",
+    "TMUX": "a tmux session", "TMUX_PANE": "a tmux pane", "STY": "a screen session",
+    "WINDOW": "a screen window", "WINDOWID": "an X window",
+    "DBUS_SESSION_BUS_ADDRESS": "a desktop session's bus",
+    "XDG_RUNTIME_DIR": "a login session's runtime directory, gone when it ends",
+    "PWD": "the shell's directory; the job starts in the submit directory anyway",
+    "OLDPWD": "the shell's previous directory", "SHLVL": "the shell's nesting",
+    "_": "the shell's last command", "PS1": "the prompt", "PROMPT_COMMAND": "the prompt",
+    "MAIL": "the login's mailbox", "HISTFILE": "the shell's history",
+}
+SESSION_PREFIXES = ("SSH_", "XDG_SESSION_", "BYOBU_")  # an SSH connection or login session
+# tpuq sets these for the account the job runs as, and for the attempt:
+OWNED = ("HOME", "USER", "LOGNAME", COORDINATOR_PORT)
+OWNED_PREFIXES = ("TPUQ_",)
+# `--export NONE` keeps only what the job needs to find its interpreter and libraries
+# (`--export VAR,...` adds those variables to it).
 CAPTURED = ("PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH", "LD_LIBRARY_PATH")
 CAPTURED_PREFIXES = ("JAX_", "XLA_", "WANDB_", "HF_", "TF_CPP_", "LIBTPU_")
+EXPORT_ALL, EXPORT_NONE = "ALL", "NONE"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# `--env NAME='$TPUQ_CHECKPOINT_DIR/x'`: tpuq's own variables, expanded at each attempt
+_OWN_REF = re.compile(r"\$(?:\{(TPUQ_[A-Z_]+)\}|(TPUQ_[A-Z_]+))")
 
 # ---- taken from the agent's own environment ---------------------------------------------------
 FROM_AGENT = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR")
@@ -66,12 +95,40 @@ LARGE_ALLOC_THRESHOLD = "60000000000"
 _PRELOAD_SPLIT = re.compile(r"[:\s]+")
 
 
-def capture(environ: Mapping[str, str], assignments: Sequence[str]) -> dict[str, str]:
-    """What a job takes from the submitting shell, plus `--env NAME[=VALUE]` items.
+def _passes(name: str) -> bool:
+    """Whether `--export ALL` takes this variable of the submitting shell."""
+    return not (name in SESSION_VARS or name.startswith(SESSION_PREFIXES) or name in OWNED
+                or name.startswith(OWNED_PREFIXES) or name in PARTITION_VARS)
+
+
+def export_names(export: str) -> tuple[str, ...] | None:
+    """The names `--export VAR,...` adds to the minimal set; None for ALL; () for NONE.
+    SpecError for a malformed list."""
+    word = export.strip()
+    if word.upper() == EXPORT_ALL:
+        return None
+    if word.upper() == EXPORT_NONE:
+        return ()
+    names = tuple(n.strip() for n in word.split(",") if n.strip())
+    bad = [n for n in names if not _NAME.match(n)]
+    if bad or not names:
+        raise SpecError(f"bad --export {export!r}: ALL, NONE or NAME,NAME,...")
+    return names
+
+
+def capture(environ: Mapping[str, str], assignments: Sequence[str],
+            export: str = EXPORT_ALL) -> dict[str, str]:
+    """What a job takes from the submitting shell (`--export`), plus `--env NAME[=VALUE]`.
 
     SpecError for a malformed item or a NAME the shell does not set.
     """
-    env = {k: v for k, v in environ.items() if k in CAPTURED or k.startswith(CAPTURED_PREFIXES)}
+    names = export_names(export)
+    if names is None:
+        env = {k: v for k, v in environ.items() if _passes(k)}
+    else:
+        env = {k: v for k, v in environ.items()
+               if k in CAPTURED or k.startswith(CAPTURED_PREFIXES) or k in names}
+        env = {k: v for k, v in env.items() if _passes(k)}
     for item in assignments:
         name, eq, value = item.partition("=")
         if not _NAME.match(name):
@@ -94,14 +151,20 @@ def account_env(name: str, home: str) -> dict[str, str]:
     return dict(zip(ACCOUNT_VARS, (home, name, name)))
 
 
-def partition_ports(chips: Sequence[int], port_base: int) -> tuple[int, int]:
-    """(TPU_PROCESS_PORT, TPU_MESH_CONTROLLER_PORT) for a chip subset.
+MAX_HOST_CHIPS = 8  # the largest host (shapes.BOUNDS); the port layout below needs it
 
-    Two ports per chip index, keyed by the subset's lowest chip: subsets that can run at
-    the same time are disjoint, so their lowest chips differ and their ports never meet.
+
+def partition_ports(chips: Sequence[int], port_base: int) -> tuple[int, int, int]:
+    """(TPU_PROCESS_PORT, TPU_MESH_CONTROLLER_PORT, JAX_COORDINATOR_PORT) for a subset.
+
+    Keyed by the subset's lowest chip: subsets that can run at the same time are
+    disjoint, so their lowest chips differ and their ports never meet. Two libtpu ports
+    per chip index from `port_base`, then one coordinator port per chip index after them
+    (port_base + 16 + chip).
     """
-    first = 2 * min(chips)
-    return port_base + first, port_base + first + 1
+    low = min(chips)
+    return (port_base + 2 * low, port_base + 2 * low + 1,
+            port_base + 2 * MAX_HOST_CHIPS + low)
 
 
 def _validate_chips(chips: Sequence[int], host_chip_count: int) -> None:
@@ -122,8 +185,10 @@ def partition_env(chips: Sequence[int] | None, host_chip_count: int,
     _validate_chips(chips, host_chip_count)
     if len(chips) >= host_chip_count:
         return {}
-    process_port, mesh_port = partition_ports(chips, port_base)
+    process_port, mesh_port, coordinator_port = partition_ports(chips, port_base)
     return {
+        # each subset job's jax.distributed.initialize() gets a coordinator of its own
+        COORDINATOR_PORT: str(coordinator_port),
         "TPU_VISIBLE_CHIPS": ",".join(str(c) for c in sorted(chips)),
         "TPU_CHIPS_PER_PROCESS_BOUNDS": chip_bounds(len(chips), host_chip_count),
         "TPU_PROCESS_BOUNDS": "1,1,1",
@@ -186,8 +251,12 @@ def build_env(
     for name in PARTITION_VARS:
         env.pop(name, None)
     env.update(partition_env(chips, host_chip_count, port_base))
-    env.update({JOB_ID: str(job_id), ATTEMPT: str(attempt), HOST: host,
-                CHECKPOINT_DIR: checkpoint_dir, RESUMED: "1" if resumed else "0"})
+    own = {JOB_ID: str(job_id), ATTEMPT: str(attempt), HOST: host,
+           CHECKPOINT_DIR: checkpoint_dir, RESUMED: "1" if resumed else "0"}
+    env.update(own)
+    for name, value in job_env.items():
+        if "$TPUQ_" in value or "${TPUQ_" in value:
+            env[name] = expand_own(value, own)
     if stop_signal is not None:
         env[PREEMPT_SIGNAL] = stop_signal
     if progress_file is not None:
@@ -198,6 +267,12 @@ def build_env(
     if LARGE_ALLOC_VAR not in job_env:
         env[LARGE_ALLOC_VAR] = LARGE_ALLOC_THRESHOLD
     return env
+
+
+def expand_own(value: str, own: Mapping[str, str]) -> str:
+    """`$TPUQ_X` / `${TPUQ_X}` replaced by the attempt's own value; anything else is left
+    as written (tpuq is not a shell)."""
+    return _OWN_REF.sub(lambda m: own.get(m.group(1) or m.group(2), m.group(0)), value)
 
 
 def helper_env(base: Mapping[str, str]) -> dict[str, str]:

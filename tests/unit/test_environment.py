@@ -5,9 +5,11 @@ from typing import Any
 
 import pytest
 
+from tpuq import jobenv
 from tpuq.jobenv import PARTITION_VARS, build_env, helper_env
 from tpuq.settings import Settings
 from tpuq.shapes import allowed_chip_counts, chip_bounds
+from tpuq.spec import SpecError
 
 DEFAULT_TCMALLOC = Settings().tcmalloc_path
 
@@ -176,3 +178,45 @@ def test_helper_env_has_no_tcmalloc() -> None:
     }
     assert helper_env(base) == {**BASE, "LD_PRELOAD": OTHER_PRELOAD}
     assert helper_env({**BASE, "LD_PRELOAD": DEFAULT_TCMALLOC}) == BASE
+
+
+# ---- what the job takes from the submitting shell (--export) ----------------------------------
+SHELL = {"PATH": "/venv/bin:/usr/bin", "OPENBLAS_CORETYPE": "Haswell", "MY_SETTING": "7",
+         "SSH_CONNECTION": "1.2.3.4 5 6.7.8.9 22", "TERM": "xterm", "DISPLAY": ":0",
+         "TMUX": "/tmp/tmux", "PWD": "/x", "HOME": "/home/a", "TPUQ_USER": "mallory",
+         "TPU_VISIBLE_CHIPS": "0", "JAX_PLATFORMS": "cpu", "XDG_SESSION_ID": "3"}
+
+
+def test_export_all_passes_the_shell_but_its_session_and_what_tpuq_owns() -> None:
+    got = jobenv.capture(SHELL, [])
+    assert got == {"PATH": "/venv/bin:/usr/bin", "OPENBLAS_CORETYPE": "Haswell",
+                   "MY_SETTING": "7", "JAX_PLATFORMS": "cpu"}
+
+
+def test_export_none_and_a_list_narrow_it() -> None:
+    assert jobenv.capture(SHELL, [], "NONE") == {"PATH": "/venv/bin:/usr/bin",
+                                                 "JAX_PLATFORMS": "cpu"}
+    assert jobenv.capture(SHELL, [], "MY_SETTING,TERM") == {
+        "PATH": "/venv/bin:/usr/bin", "JAX_PLATFORMS": "cpu", "MY_SETTING": "7"}, \
+        "a session variable stays out even when named"
+    assert jobenv.capture(SHELL, ["X=1"], "none")["X"] == "1", "--env adds to any export"
+    with pytest.raises(SpecError, match="bad --export"):
+        jobenv.capture(SHELL, [], "1BAD")
+
+
+def test_env_values_may_name_the_attempts_own_variables() -> None:
+    e = env(job_env={"CKPT": "$TPUQ_CHECKPOINT_DIR/orbax", "RUN": "${TPUQ_JOB_ID}-${TPUQ_ATTEMPT}",
+                     "KEEP": "$HOME and $TPUQ_NOT_A_VARIABLE"})
+    assert e["CKPT"] == "/ckpt/42/orbax" and e["RUN"] == "42-3"
+    assert e["KEEP"] == "$HOME and $TPUQ_NOT_A_VARIABLE", "tpuq is not a shell"
+
+
+@pytest.mark.parametrize("host", [4, 8])
+def test_each_subset_gets_a_jax_coordinator_port_of_its_own(host: int) -> None:
+    for layout in _disjoint_layouts(host):
+        ports = [env(host_chip_count=host, chips=chips)["JAX_COORDINATOR_PORT"]
+                 for chips in layout]
+        libtpu = [env(host_chip_count=host, chips=chips)[k] for chips in layout
+                  for k in ("TPU_PROCESS_PORT", "TPU_MESH_CONTROLLER_PORT")]
+        assert len(set(ports)) == len(ports) and not set(ports) & set(libtpu), layout
+    assert "JAX_COORDINATOR_PORT" not in env(chips=None), "the whole host keeps JAX's default"

@@ -25,7 +25,9 @@ FOLLOW_POLL_S = 0.25  # asking again for new output: the file or stream is the t
 @click.option("--attempt", type=int, help="Only this attempt (default: all, newest last).")
 def logs(job_id: int, follow: bool, attempt: int | None) -> None:
     """Print a job's output (stdout and stderr together). With -f, follow it live,
-    across requeues, until the job ends. Works from any machine of the deployment."""
+    across requeues, until the job ends, and exit with its outcome as `tpuq wait` does
+    (0 succeeded, 10 failed, 11 cancelled, 12 timeout), so `tpuq logs -f 12 && next`
+    works. Works from any machine of the deployment."""
     from tpuq.protocol import LogChunk, ReadLog
 
     positions: dict[str, str] = {}
@@ -48,7 +50,14 @@ def logs(job_id: int, follow: bool, attempt: int | None) -> None:
             continue  # more may be waiting: ask again at once
         if not chunk.attempts and not follow:
             click.echo(f"job {job_id} has not started yet ({chunk.state})", err=True)
-        if not follow or chunk.ended:
+        if follow and chunk.ended:
+            from tpuq.cli.wait import outcome_exit
+
+            code = outcome_exit(chunk.state)
+            if code:
+                raise SystemExit(code)
+            return
+        if not follow:
             return
         time.sleep(FOLLOW_POLL_S)
 

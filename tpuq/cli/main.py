@@ -12,7 +12,7 @@ import sys
 import click
 
 from tpuq import __version__
-from tpuq.cli import admin, agent_cmds, control, logs, pod, quota, show, status, submit
+from tpuq.cli import admin, agent_cmds, control, logs, pod, quota, show, status, submit, wait
 from tpuq.cli.errors import UserError, translate
 
 
@@ -27,7 +27,8 @@ def cli() -> None:
       tpuq submit train.py --lr 3e-4        queue a Python script (your venv, your cwd)
       tpuq submit -- bash run.sh a b        queue any command
       tpuq status                           the team's jobs and hosts
-      tpuq logs 12 -f                       follow a job's output
+      tpuq logs 12 -f                       follow a job's output (exits with its outcome)
+      tpuq wait 12 && tpuq submit eval.py   chain on success
       tpuq show 12                          spec, attempts and timeline of one job
       tpuq cancel 12                        stop it (signal, grace, then kill)
       tpuq resubmit --failed --since 1d     run failed jobs again
@@ -41,7 +42,7 @@ def cli() -> None:
 
 for command in (*submit.COMMANDS, *status.COMMANDS, *show.COMMANDS, *logs.COMMANDS,
                 *control.COMMANDS, *agent_cmds.COMMANDS, *quota.COMMANDS, *admin.COMMANDS,
-                *pod.COMMANDS):
+                *pod.COMMANDS, *wait.COMMANDS):
     cli.add_command(command)
 
 

@@ -45,7 +45,10 @@ def build_command(args: tuple[str, ...], python: str | None) -> list[str]:
         return [os.path.abspath(first), *args[1:]]
     found = shutil.which(first)
     if found is None:
-        raise UserError(f"command not found: {first}")
+        here = os.path.isfile(first)
+        hint = f" (it is a file here: run it as `-- ./{first}` or `-- bash {first}`)" \
+            if here else ""
+        raise UserError(f"command not found: {first}{hint}")
     return [found, *args[1:]]
 
 
@@ -62,6 +65,10 @@ def build_command(args: tuple[str, ...], python: str | None) -> list[str]:
               help="Higher runs first within your team's fair share.")
 @click.option("--env", "env_items", multiple=True, metavar="NAME[=VALUE]",
               help="Set a variable for the job (NAME alone copies it from this shell). Repeatable.")
+@click.option("--export", "export", default="ALL", show_default=True, envvar="TPUQ_EXPORT",
+              metavar="ALL|NONE|VAR,...",
+              help="Which of this shell's variables the job gets: ALL (but terminal-session "
+                   "ones), NONE (PATH, venv, JAX_*... only) or those plus VAR,...")
 @click.option("--signal", "stop_signal", default="SIGTERM", show_default=True,
               envvar="TPUQ_SIGNAL", help="Signal sent to the job's process group to stop it.")
 @click.option("--grace", envvar="TPUQ_GRACE",
@@ -77,12 +84,16 @@ def build_command(args: tuple[str, ...], python: str | None) -> list[str]:
 @click.option("--python", envvar="TPUQ_PYTHON",
               help="Interpreter for a .py script (default: the python of this shell's venv).")
 @click.option("--hold", is_flag=True, help="Queue it held; `tpuq release ID` lets it run.")
+@click.option("--wait", "wait_end", is_flag=True,
+              help="Wait until the job ends; exit with its outcome as `tpuq wait` does.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the job id.")
 @context.json_option
 def submit(command: tuple[str, ...], name: str | None, chips: int | None, tpu_type: str | None,
-           team: str | None, priority: int, env_items: tuple[str, ...], stop_signal: str,
+           team: str | None, priority: int, env_items: tuple[str, ...], export: str,
+           stop_signal: str,
            grace: str | None, time_limit: str | None, max_retries: int, no_requeue: bool,
-           no_tcmalloc: bool, python: str | None, hold: bool, quiet: bool, as_json: bool) -> None:
+           no_tcmalloc: bool, python: str | None, hold: bool, wait_end: bool, quiet: bool,
+           as_json: bool) -> None:
     """Queue a job: a Python script or, after --, any command.
 
     \b
@@ -98,7 +109,7 @@ def submit(command: tuple[str, ...], name: str | None, chips: int | None, tpu_ty
     try:
         spec = JobSpec(
             command=build_command(command, python), cwd=os.getcwd(),
-            env=jobenv.capture(os.environ, env_items),
+            env=jobenv.capture(os.environ, env_items, export),
             owner=cfg.user_name, team=team or cfg.team, name=name, priority=priority,
             chips=chips, tpu_type=tpu_type, stop_signal=stop_signal,
             grace_s=parse_duration(grace) if grace else cfg.default_grace_s,
@@ -116,6 +127,12 @@ def submit(command: tuple[str, ...], name: str | None, chips: int | None, tpu_ty
         click.echo(f"submitted job {job_id}" + (" (held)" if hold else ""))
     for note in notes:  # on stderr, so even -q and --json show them
         click.echo(note, err=True)
+    if wait_end:
+        from tpuq.cli.wait import exit_status, wait_for
+
+        code = exit_status(wait_for([job_id], say=not quiet and not as_json), [job_id])
+        if code:
+            raise SystemExit(code)
 
 
 def _send(cfg: Settings, spec: JobSpec, hold: bool) -> tuple[int, list[str]]:

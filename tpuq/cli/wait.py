@@ -1,0 +1,69 @@
+"""`tpuq wait ID...` and `submit --wait`: block until jobs end, exit with their outcome.
+
+Exit status (README "Exit status"): 0 every job succeeded; otherwise the first failed
+job's (in the order given): 10 failed, 11 cancelled, 12 timeout, so
+`tpuq wait 12 && tpuq submit eval.py` chains. `tpuq logs -f` exits the same way.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import click
+
+from tpuq.cli import context
+from tpuq.cli.args import JOB_ID
+
+OUTCOME_EXIT = {"succeeded": 0, "failed": 10, "cancelled": 11, "timeout": 12}
+FIRST_POLL_S, MAX_POLL_S = 0.2, 2.0  # asking again: quickly at first, then every 2 s
+
+
+def outcome_exit(state: str) -> int:
+    return OUTCOME_EXIT.get(state, 1)
+
+
+def wait_for(ids: Sequence[int], *, say: bool = True) -> dict[int, str]:
+    """Each job's final state, once all have ended (asked with a growing pause)."""
+    from tpuq.protocol import JobDetail, ShowJob
+
+    ended: dict[int, str] = {}
+    pause = FIRST_POLL_S
+    while True:
+        for job_id in ids:
+            if job_id in ended:
+                continue
+            state = context.ask(ShowJob(id=job_id), JobDetail).job["state"]
+            if state in OUTCOME_EXIT:
+                ended[job_id] = state
+                if say:
+                    click.echo(f"job {job_id} {state}", err=True)
+        if len(ended) == len(ids):
+            return ended
+        time.sleep(pause)
+        pause = min(pause * 1.5, MAX_POLL_S)
+
+
+def exit_status(ended: dict[int, str], ids: Sequence[int]) -> int:
+    return next((outcome_exit(ended[i]) for i in ids if ended[i] != "succeeded"), 0)
+
+
+@click.command()
+@click.argument("job_ids", nargs=-1, required=True, type=JOB_ID)
+@context.json_option
+def wait(job_ids: tuple[int, ...], as_json: bool) -> None:
+    """Wait until the jobs end; exit 0 if all succeeded, else 10 failed, 11 cancelled,
+    12 timeout (the first such job's, in the order given).
+
+    \b
+      tpuq wait 12 && tpuq submit eval.py
+    """
+    ended = wait_for(job_ids, say=not as_json)
+    if as_json:
+        context.echo_json([{"id": i, "state": ended[i]} for i in job_ids])
+    code = exit_status(ended, job_ids)
+    if code:
+        raise SystemExit(code)
+
+
+COMMANDS = [wait]
