@@ -117,6 +117,8 @@ class Submit(Request):
     MUTATES: ClassVar[bool] = True
     spec: dict[str, Any] = {}
     held: bool = False
+    after: list[int] = []  # start only once these succeeded
+    after_any: list[int] = []  # start only once these ended, however
 
 
 class ListJobs(Request):

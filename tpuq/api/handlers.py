@@ -46,7 +46,18 @@ from tpuq.protocol import (
 )
 from tpuq.settings import Settings
 from tpuq.spec import JobSpec, SpecError
-from tpuq.state import admins, admission, attempts, hosts, jobs, outage, queries, teams, usage
+from tpuq.state import (
+    admins,
+    admission,
+    attempts,
+    deps,
+    hosts,
+    jobs,
+    outage,
+    queries,
+    teams,
+    usage,
+)
 from tpuq.state.db import Database
 from tpuq.state.states import StopRequest
 
@@ -101,6 +112,7 @@ class Api:
         with self.db.write() as s:
             warnings = admission.admit(s, spec, admin=caller.admin, open_team=self.settings.team)
             job_id = jobs.submit(s, spec, actor=caller.name, held=req.held)
+            deps.add(s, job_id, req.after, req.after_any)
         return Submitted(id=job_id, warnings=warnings)
 
     def list_jobs(self, req: ListJobs, caller: Caller) -> Reply:

@@ -16,6 +16,7 @@ import click
 
 from tpuq import jobenv
 from tpuq.cli import context
+from tpuq.cli.args import JOB_ID
 from tpuq.cli.errors import UserError
 from tpuq.spec import JobSpec, SpecError, parse_duration
 
@@ -84,6 +85,11 @@ def build_command(args: tuple[str, ...], python: str | None) -> list[str]:
 @click.option("--python", envvar="TPUQ_PYTHON",
               help="Interpreter for a .py script (default: the python of this shell's venv).")
 @click.option("--hold", is_flag=True, help="Queue it held; `tpuq release ID` lets it run.")
+@click.option("--after", "after", multiple=True, metavar="ID[,ID]",
+              help="Start only once these jobs succeeded; if one does not, this job is "
+                   "cancelled. Repeatable.")
+@click.option("--after-any", "after_any", multiple=True, metavar="ID[,ID]",
+              help="Start only once these jobs ended, however they ended. Repeatable.")
 @click.option("--wait", "wait_end", is_flag=True,
               help="Wait until the job ends; exit with its outcome as `tpuq wait` does.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the job id.")
@@ -92,14 +98,15 @@ def submit(command: tuple[str, ...], name: str | None, chips: int | None, tpu_ty
            team: str | None, priority: int, env_items: tuple[str, ...], export: str,
            stop_signal: str,
            grace: str | None, time_limit: str | None, max_retries: int, no_requeue: bool,
-           no_tcmalloc: bool, python: str | None, hold: bool, wait_end: bool, quiet: bool,
-           as_json: bool) -> None:
+           no_tcmalloc: bool, python: str | None, hold: bool, after: tuple[str, ...],
+           after_any: tuple[str, ...], wait_end: bool, quiet: bool, as_json: bool) -> None:
     """Queue a job: a Python script or, after --, any command.
 
     \b
       tpuq submit train.py --lr 3e-4          runs <your python> train.py --lr 3e-4
       tpuq submit --chips 1 -- bash run.sh a  any command, one chip
       tpuq submit --time 12h --max-retries 2 train.py
+      tpuq submit --after 12 eval.py          once job 12 succeeded
 
     The job runs in this directory with this shell's interpreter, as the only user of
     its chips. Options for tpuq come before the script; everything after it is the
@@ -118,7 +125,8 @@ def submit(command: tuple[str, ...], name: str | None, chips: int | None, tpu_ty
         ).validate()
     except SpecError as e:
         raise UserError(str(e)) from None
-    job_id, notes = _send(cfg, spec, hold)
+    job_id, notes = _send(cfg, spec, hold, job_ids(after, "--after"),
+                          job_ids(after_any, "--after-any"))
     if as_json:
         context.echo_json({"id": job_id, "state": "held" if hold else "queued"})
     elif quiet:
@@ -135,11 +143,26 @@ def submit(command: tuple[str, ...], name: str | None, chips: int | None, tpu_ty
             raise SystemExit(code)
 
 
-def _send(cfg: Settings, spec: JobSpec, hold: bool) -> tuple[int, list[str]]:
+def job_ids(values: tuple[str, ...], option: str) -> list[int]:
+    """`--after 3,4 --after 5` -> [3, 4, 5]; a usage error for anything else."""
+    out = []
+    for part in ",".join(values).split(","):
+        if not part.strip():
+            continue
+        try:
+            out.append(JOB_ID.convert(part, None, None))
+        except click.BadParameter as e:
+            raise UserError(f"{option}: {e.message}") from None
+    return out
+
+
+def _send(cfg: Settings, spec: JobSpec, hold: bool, after: list[int],
+          after_any: list[int]) -> tuple[int, list[str]]:
     """Queue the spec; (job id, warnings and notes for the user)."""
     from tpuq.protocol import Submit, Submitted
 
-    reply = context.ask(Submit(spec=spec.to_dict(), held=hold), Submitted)
+    reply = context.ask(Submit(spec=spec.to_dict(), held=hold, after=after,
+                               after_any=after_any), Submitted)
     notes = list(reply.warnings)
     if cfg.embedded and not context.client().via_agent:
         notes.append("note: no agent is running on this VM; start one with `tpuq agent`")

@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from tpuq.scheduler import policy
 from tpuq.settings import Settings
-from tpuq.state import attempts, leader, snapshot, usage
+from tpuq.state import attempts, deps, leader, snapshot, usage
 from tpuq.state.db import Database
 
 log = logging.getLogger("tpuq.scheduler")
@@ -41,7 +41,7 @@ def views(snap: snapshot.Snapshot) -> tuple[list[policy.JobView], list[policy.Ho
                                              dict[str, policy.TeamView]]:
     jobs = [policy.JobView(id=r.id, team=r.team, user=r.owner, priority=r.priority,
                            submitted_at=r.submitted_at, chips=r.chips, tpu_type=r.tpu_type,
-                           not_before=r.not_before,
+                           not_before=r.not_before, depends_on=snap.unmet.get(r.id, ()),
                            est_hours=(r.time_limit_s or 0.0) / 3600.0,
                            time_limit_s=r.time_limit_s) for r in snap.queued]
     hosts = [policy.HostView(name=name, tpu_type=tpu_type, chips=chips,
@@ -102,6 +102,9 @@ class Scheduler:
         if not self.has_lease():
             return 0
         with self.db.write() as s:
+            doomed = deps.cancel_doomed(s)
+            if doomed:
+                log.info("cancelled jobs %s: a job they wait for did not succeed", doomed)
             fresh = time.monotonic() - self._usage_at < USAGE_TTL_S
             snap, plan = plan_for(s, self.settings, self._usage if fresh else None)
             if not fresh:

@@ -4,6 +4,7 @@
 - `states.py`       job states, attempt outcomes, allowed transitions
 - `transitions.py`  the one guarded compare-and-set that changes a job's state
 - `jobs.py`         what people do to jobs: submit, cancel, hold, resubmit
+- `deps.py`         job dependencies: what a job waits for, who a failure dooms
 - `admission.py`    what cannot run is refused at submit (type, chips, team, caps)
 - `attempts.py`     an attempt's life: assign, start, renew, finish, the reaper
 - `hosts.py`        host rows: register, heartbeat, liveness, drain, busy

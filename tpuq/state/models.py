@@ -10,6 +10,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
+    CheckConstraint,
     Double,
     ForeignKey,
     Index,
@@ -88,6 +89,18 @@ class Attempt(Base):
     log_path: Mapped[str | None] = mapped_column(Text)
     checkpoint_step: Mapped[int | None] = mapped_column(BigInteger)
     checkpoint_at: Mapped[float | None] = mapped_column(Double)
+
+
+class JobDep(Base):
+    """Job `job_id` waits for job `after_id`: to succeed (kind "ok") or to end ("any")."""
+
+    __tablename__ = "job_deps"
+    __table_args__ = (CheckConstraint("kind IN ('ok', 'any')", name="job_deps_kind"),
+                      CheckConstraint("job_id <> after_id", name="job_deps_not_self"))
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), primary_key=True)
+    after_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), primary_key=True, index=True)
+    kind: Mapped[str] = mapped_column(String(8))
 
 
 class JobEvent(Base):

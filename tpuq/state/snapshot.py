@@ -15,7 +15,7 @@ from typing import Any, cast
 from sqlalchemy import JSON, Row, Table, func, literal_column, select
 from sqlalchemy.orm import Session
 
-from tpuq.state import hosts
+from tpuq.state import deps, hosts
 from tpuq.state import usage as usage_mod
 from tpuq.state.clock import db_now
 from tpuq.state.models import Allocation, Attempt, Host, Job, Team
@@ -36,6 +36,7 @@ class Snapshot:
     usage: dict[str, usage_mod.Usage] = field(default_factory=dict)
     # host -> chip -> when the job holding it reaches its time limit (jobs with a limit)
     ends: dict[str, dict[int, float]] = field(default_factory=lambda: defaultdict(dict))
+    unmet: dict[int, tuple[int, ...]] = field(default_factory=dict)  # job -> jobs it awaits
 
 
 # Core columns (no ORM layer): this runs after every finished job
@@ -69,6 +70,8 @@ def read(s: Session, host_stale_s: float, half_life_h: float,
         snap.hosts.append((h.name, h.tpu_type, tuple(h.chips), ok))
         if h.booked:
             snap.used[h.name].update(h.booked)
+    if snap.queued:
+        snap.unmet = deps.unmet(s)
     if snap.queued and snap.used:
         for host, chip, end in s.execute(_limited_chips()):
             snap.ends[host][chip] = float(end)

@@ -1,0 +1,77 @@
+"""Job dependencies (`--after`, `--after-any`): what a queued job still waits for, and
+the dependents a failed dependency dooms.
+
+A dependent whose "ok" dependency ended otherwise (failed, cancelled, timeout) can never
+run: the scheduler's pass cancels it, with the reason, before it plans (one place for
+every way a job ends; a chain is cancelled link by link, a pass each).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import cast
+
+from sqlalchemy import Table, and_, insert, or_, select
+from sqlalchemy.orm import Session, aliased
+
+from tpuq.spec import SpecError
+from tpuq.state.clock import db_now
+from tpuq.state.models import Job, JobDep
+from tpuq.state.states import TERMINAL, JobState
+from tpuq.state.transitions import transition
+
+OK, ANY = "ok", "any"
+DEPS = cast(Table, JobDep.__table__)
+_ENDED = tuple(s.value for s in TERMINAL)
+_FAILED = tuple(s.value for s in TERMINAL if s is not JobState.SUCCEEDED)
+_WAITING = (JobState.QUEUED.value, JobState.HELD.value)
+
+
+def add(s: Session, job_id: int, after: Sequence[int], after_any: Sequence[int]) -> None:
+    """Record what `job_id` waits for; SpecError for a job that does not exist."""
+    wanted = {**{a: ANY for a in after_any}, **{a: OK for a in after}}  # ok wins
+    if not wanted:
+        return
+    known = set(s.scalars(select(Job.id).where(Job.id.in_(wanted))))
+    missing = sorted(set(wanted) - known - {job_id})
+    if job_id in wanted:
+        raise SpecError("a job cannot wait for itself")
+    if missing:
+        raise SpecError(f"--after: no job {', '.join(map(str, missing))}")
+    s.execute(insert(JobDep), [{"job_id": job_id, "after_id": a, "kind": k}
+                               for a, k in sorted(wanted.items())])
+
+
+def unmet(s: Session) -> dict[int, tuple[int, ...]]:
+    """Queued job -> the jobs it still waits for (only jobs that wait for any)."""
+    dep, waiter = aliased(Job), aliased(Job)
+    q = (select(DEPS.c.job_id, DEPS.c.after_id)
+         .join(waiter, waiter.id == DEPS.c.job_id)
+         .join(dep, dep.id == DEPS.c.after_id)
+         .where(waiter.state == JobState.QUEUED.value,
+                or_(and_(DEPS.c.kind == OK, dep.state != JobState.SUCCEEDED.value),
+                    and_(DEPS.c.kind == ANY, dep.state.not_in(_ENDED)))))
+    out: dict[int, list[int]] = defaultdict(list)
+    for job_id, after_id in s.execute(q):
+        out[job_id].append(after_id)
+    return {j: tuple(sorted(a)) for j, a in out.items()}
+
+
+def cancel_doomed(s: Session) -> list[int]:
+    """Cancel waiting jobs whose "ok" dependency ended without succeeding."""
+    dep, waiter = aliased(Job), aliased(Job)
+    q = (select(DEPS.c.job_id, dep.id, dep.state)
+         .join(waiter, waiter.id == DEPS.c.job_id)
+         .join(dep, dep.id == DEPS.c.after_id)
+         .where(DEPS.c.kind == OK, waiter.state.in_(_WAITING), dep.state.in_(_FAILED))
+         .order_by(DEPS.c.job_id))
+    cancelled: list[int] = []
+    for job_id, after_id, state in s.execute(q).all():
+        if job_id in cancelled:
+            continue
+        if transition(s, job_id, [JobState.QUEUED, JobState.HELD], JobState.CANCELLED,
+                      reason=f"dependency job {after_id} {state}", actor="tpuq",
+                      values={"ended_at": db_now()}):
+            cancelled.append(job_id)
+    return cancelled
