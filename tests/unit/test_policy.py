@@ -130,7 +130,7 @@ def test_type_match_and_unschedulable() -> None:
     jobs = [job(1, tpu_type="v4-8"), job(2, chips=8, tpu_type="v5litepod-8"), job(3, chips=None)]
     p = plan(jobs, hosts, {}, NOW)
     assert {a.job_id: a.host for a in p.assignments} == {2: "v5", 3: "unk"}
-    assert p.waiting[1] == "waiting for 1 free chip on a v4-8 host"
+    assert p.waiting[1] == "no host in service: v4 out of service", "the only v4-8 host is out"
 
 
 def test_a_job_that_cannot_fit_reserves_at_once_and_later_jobs_without_a_limit_wait() -> None:
@@ -275,3 +275,17 @@ def test_empty_inputs() -> None:
     assert plan([], [], {}, NOW).assignments == ()
     p = plan([job(1)], [], {}, NOW)
     assert p.waiting == {1: "no host offers 1 chip"}
+
+
+def test_a_job_only_out_of_service_hosts_could_take_says_which_and_why() -> None:
+    hosts = [host("a", schedulable=False, out_of_service="draining"),
+             host("b", schedulable=False, out_of_service="busy: TPU held by pid 7 (python)"),
+             host("c", 8, tpu_type="v5litepod-8", schedulable=False,
+                  out_of_service="agent stopped")]
+    p = plan([job(1), job(2, chips=None, tpu_type="v5litepod-8")], hosts, {}, NOW)
+    assert p.waiting[1] == "no host in service: a draining; b busy: TPU held by pid 7 " \
+                           "(python); c agent stopped"
+    assert p.waiting[2] == "no host in service: c agent stopped"
+    # one host in service, busy: the job waits for chips, not for a host
+    p = plan([job(1)], [*hosts, host("d", free=set())], {}, NOW)
+    assert p.waiting[1] == "waiting for 1 free chip"

@@ -51,18 +51,7 @@ def event_object(e: Any) -> dict[str, Any]:
 def host_object(h: Any, jobs: Mapping[int, list[int]], now: float,
                 stale_s: float) -> dict[str, Any]:
     """A host and why it takes no work, in words (`state`: "ok" when it takes work)."""
-    if h.stopped_at is not None:
-        state = "agent stopped"
-    elif not hosts_mod.is_live(h.heartbeat_at, now, stale_s):
-        # its agent died or cannot reach the database: no new work; its jobs are
-        # requeued when their leases expire
-        state = "silent: gets no work"
-    elif h.busy_reason:
-        state = "busy: " + h.busy_reason
-    elif h.draining:
-        state = "draining"
-    else:
-        state = "ok"
+    state = hosts_mod.out_of_service(h, now, stale_s) or "ok"
     return {"name": h.name, "tpu_type": h.tpu_type, "chips": list(h.chips or ()),
             "used": sum(len(c) for c in jobs.values()), "jobs": sorted(jobs),
             "heartbeat_at": h.heartbeat_at, "state": state}

@@ -40,7 +40,7 @@ INF = float("inf")
 
 class Host:
     __slots__ = ("allowed", "chips", "entries", "free", "free_at", "n", "name", "schedulable",
-                 "type")
+                 "type", "why_not")
 
     def __init__(self, view: HostView) -> None:
         self.name = view.name
@@ -50,6 +50,7 @@ class Host:
         self.allowed = allowed_chip_counts(self.n)
         self.free = set(view.free).intersection(self.chips)
         self.schedulable = view.schedulable
+        self.why_not = view.out_of_service or "out of service"
         self.free_at = view.free_at
         self.entries: list[tuple[Key, int]] = []
 
@@ -118,6 +119,16 @@ class Pool:
                 self.by_type.setdefault(h.type, []).append(h)
                 self._index(h)
         self.types = list(self.by_type)
+        self.out = [h for h in self.hosts if h.n and not h.schedulable]
+
+    def out_of_service(self, job_type: str | None, need: int) -> str | None:
+        """When only hosts out of service could ever take the request: which and why."""
+        fits = [h for h in self.hosts if h.n and job_type in (None, h.type)
+                and h.size_for(need) in h.allowed]
+        if not fits or any(h.schedulable for h in fits):
+            return None
+        return "; ".join(f"{h.name} {h.why_not}" for h in fits[:3]) + \
+            (f" (+{len(fits) - 3} more)" if len(fits) > 3 else "")
 
     def _offer(self, h: Host) -> None:
         if not h.n:

@@ -46,8 +46,9 @@ def views(snap: snapshot.Snapshot) -> tuple[list[policy.JobView], list[policy.Ho
                            time_limit_s=r.time_limit_s) for r in snap.queued]
     hosts = [policy.HostView(name=name, tpu_type=tpu_type, chips=chips,
                              free=frozenset(chips) - snap.used.get(name, set()),
-                             schedulable=ok, free_at=snap.ends.get(name, {}))
-             for name, tpu_type, chips, ok in snap.hosts]
+                             schedulable=why is None, out_of_service=why or "",
+                             free_at=snap.ends.get(name, {}))
+             for name, tpu_type, chips, why in snap.hosts]
     names = set(snap.team_running) | set(snap.teams) | set(snap.usage)
     return jobs, hosts, {t: team_view(snap, t) for t in names}
 

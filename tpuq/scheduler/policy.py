@@ -221,6 +221,9 @@ class _Planner:
         return "starts now" if start <= self.now else f"starts by {clock(start, '%H:%M')}"
 
     def _capacity_words(self, job: JobView, need: int) -> str:
+        out = self.pool.out_of_service(job.tpu_type, need)
+        if out is not None:
+            return f"no host in service: {out}"
         if need == WHOLE:
             return f"waiting for a free {job.tpu_type + ' ' if job.tpu_type else ''}host"
         where = f" on a {job.tpu_type} host" if job.tpu_type else ""

@@ -25,6 +25,7 @@ class HostView:
     chips: tuple[int, ...]  # all chip indices on the host
     free: frozenset[int]  # chips not allocated right now
     schedulable: bool = True  # False when draining, busy (foreign holder), heartbeat stale
+    out_of_service: str = ""  # why not, in words, for waiting reasons ("draining", ...)
     # busy chip -> when its job's time limit ends (epoch s); a busy chip not listed frees
     # at an unknown time (its job has no time limit)
     free_at: Mapping[int, float] = field(default_factory=lambda: _NO_TIMES)

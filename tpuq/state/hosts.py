@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import ColumnElement, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
@@ -69,6 +70,22 @@ def is_live(heartbeat_at: float | None, now: float, stale_s: float) -> bool:
     """A host whose agent beat within `stale_s` (database clock) is alive: it gets work.
     The one rule for it: the scheduler and `tpuq status` both ask here."""
     return heartbeat_at is not None and now - heartbeat_at < stale_s
+
+
+def out_of_service(row: Any, now: float, stale_s: float) -> str | None:
+    """Why a host takes no new work, in words, or None when it does. The one rule: the
+    scheduler (and its waiting reasons) and `tpuq status` both ask here."""
+    if row.stopped_at is not None:
+        return "agent stopped"
+    if not is_live(row.heartbeat_at, now, stale_s):
+        # its agent died or cannot reach the database; its jobs are requeued when their
+        # leases expire
+        return "silent: gets no work"
+    if row.busy_reason:
+        return f"busy: {row.busy_reason}"
+    if row.draining:
+        return "draining"
+    return None
 
 
 def _holder_of(row: Host) -> Holder | None:

@@ -26,8 +26,9 @@ from tpuq.state.states import JobState
 class Snapshot:
     now: float
     queued: list[Row[Any]] = field(default_factory=list)  # rows of QUEUED_COLUMNS
-    # (name, tpu_type, chips, schedulable)
-    hosts: list[tuple[str, str | None, tuple[int, ...], bool]] = field(default_factory=list)
+    # (name, tpu_type, chips, why it takes no work or None)
+    hosts: list[tuple[str, str | None, tuple[int, ...], str | None]] = \
+        field(default_factory=list)
     used: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
     # team -> (chips running, {tpu_type: chips}, {user: chips})
     team_running: dict[str, tuple[int, dict[str, int], dict[str, int]]] = \
@@ -65,9 +66,8 @@ def read(s: Session, host_stale_s: float, half_life_h: float,
     snap.queued = list(s.execute(select(*QUEUED_COLUMNS)
                                  .where(JOBS.c.state == JobState.QUEUED.value)).all())
     for h in host_rows:
-        ok = (hosts.is_live(h.heartbeat_at, now, host_stale_s) and not h.draining
-              and h.busy_reason is None and h.stopped_at is None)
-        snap.hosts.append((h.name, h.tpu_type, tuple(h.chips), ok))
+        why = hosts.out_of_service(h, now, host_stale_s)
+        snap.hosts.append((h.name, h.tpu_type, tuple(h.chips), why))
         if h.booked:
             snap.used[h.name].update(h.booked)
     if snap.queued:
