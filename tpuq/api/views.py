@@ -16,8 +16,9 @@ HIDDEN = "(hidden)"  # what a job's env value looks like to anyone but its owner
 
 
 def job_object(row: Any, viewer: Caller, env: Mapping[str, str] | None = None,
-               waiting: str | None = None) -> dict[str, Any]:
-    """The stable JSON shape of a job. `env` only for `show`."""
+               waiting: str | None = None, current: Any = None) -> dict[str, Any]:
+    """The stable JSON shape of a job. `env` only for `show`; `current` (its latest
+    attempt) for `status`."""
     obj = {
         "id": row.id, "name": row.name, "state": row.state, "attempts": row.attempt,
         "host": row.host, "exit_code": row.exit_code, "exit_signal": row.exit_signal,
@@ -29,6 +30,9 @@ def job_object(row: Any, viewer: Caller, env: Mapping[str, str] | None = None,
         "resubmit_of": row.resubmit_of, "stop_signal": row.stop_signal,
         "grace_s": row.grace_s, "time_limit_s": row.time_limit_s,
         "stop_request": row.stop_request,
+        "started_at": getattr(current, "started_at", None),
+        "step": getattr(current, "checkpoint_step", None),
+        "step_at": getattr(current, "checkpoint_at", None),
     }
     if env is not None:
         obj["env"] = dict(env) if viewer.owns(row.owner) else dict.fromkeys(env, HIDDEN)

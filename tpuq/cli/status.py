@@ -1,12 +1,102 @@
-"""`tpuq status`: the team's queue and hosts, and why waiting jobs wait."""
+"""`tpuq status`: what runs, whose, how far, and why the rest waits; and the hosts.
+
+Tables are Rich's: one line per row at any width (columns are cut with an ellipsis,
+the rightmost first, never wrapped), colour only on a terminal and never with NO_COLOR.
+"""
 
 from __future__ import annotations
 
+import fnmatch
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
 
 from tpuq.cli import context, render
+
+STATES = ("queued", "held", "assigned", "running", "preempting", "succeeded", "failed",
+          "cancelled", "timeout")
+PYTHONS = ("python", "python3")
+PIPE_WIDTH = 1000  # no terminal: rows are not cut (scripts should read --json)
+
+
+def job_name(j: dict[str, Any]) -> str:
+    """The job's --name, else its script's (or its command's) file name."""
+    if j.get("name"):
+        return str(j["name"])
+    cmd = [str(c) for c in j["command"] or ["?"]]
+    first = os.path.basename(cmd[0])
+    if first.startswith(PYTHONS) and len(cmd) > 1 and not cmd[1].startswith("-"):
+        return os.path.basename(cmd[1])
+    return first
+
+
+def shown_state(j: dict[str, Any]) -> str:
+    if j["state"] == "preempting" and j.get("stop_request") == "cancel":
+        return "cancelling"
+    return str(j["state"])
+
+
+def progress(j: dict[str, Any], now: float) -> str:
+    if j.get("step") is None:
+        return "-"
+    return f"step {j['step']}" + (f" ({render.ago(j['step_at'], now)} ago)"
+                                  if j.get("step_at") else "")
+
+
+def age(j: dict[str, Any], now: float) -> str:
+    """Queued: since submit; running: its runtime; ended: since it ended."""
+    if j["state"] in ("running", "preempting", "assigned") and j.get("started_at"):
+        return render.ago(j["started_at"], now)
+    if j.get("ended_at"):
+        return render.ago(j["ended_at"], now) + " ago"
+    return render.ago(j["submitted_at"], now)
+
+
+def reason(j: dict[str, Any]) -> str:
+    if j["state"] == "queued":
+        return str(j.get("waiting_for") or "")
+    if j["state"] == "held":
+        return j.get("reason") or f"held: `tpuq release {j['id']}` lets it run"
+    return str(j.get("reason") or "")
+
+
+def chips(j: dict[str, Any]) -> str:
+    n = "all" if j["chips"] is None else str(j["chips"])
+    return f"{n}/{j['tpu_type']}" if j.get("tpu_type") else n
+
+
+Cell = Callable[[dict[str, Any], float], str]
+COLUMNS: dict[str, tuple[str, Cell]] = {
+    "id": ("ID", lambda j, now: str(j["id"])),
+    "name": ("NAME", lambda j, now: job_name(j)),
+    "user": ("USER", lambda j, now: str(j["owner"])),
+    "team": ("TEAM", lambda j, now: str(j["team"])),
+    "state": ("STATE", lambda j, now: shown_state(j)),
+    "chips": ("CHIPS", lambda j, now: chips(j)),
+    "host": ("HOST", lambda j, now: j["host"] or "-"),
+    "tries": ("TRY", lambda j, now: str(j["attempts"])),
+    "progress": ("PROGRESS", progress),
+    "time": ("TIME", age),
+    "reason": ("REASON", lambda j, now: reason(j)),
+    "command": ("COMMAND", lambda j, now: render.command_words(j["command"])),
+}
+DEFAULT = "id,name,user,state,chips,host,progress,time,reason"
+COLOURS = {"running": "green", "succeeded": "green", "failed": "red", "timeout": "red",
+           "cancelled": "yellow", "cancelling": "yellow", "preempting": "yellow",
+           "held": "blue"}
+
+
+def parse_format(text: str) -> list[str]:
+    names = [n.strip().lower() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in COLUMNS]
+    if bad or not names:
+        raise click.BadParameter(f"unknown column {', '.join(bad) or '(none)'}; "
+                                 f"columns: {', '.join(COLUMNS)}", param_hint="'-o'")
+    return names
 
 
 @click.command()
@@ -14,56 +104,157 @@ from tpuq.cli import context, render
 @click.option("--mine", is_flag=True, help="Only my jobs.")
 @click.option("--user", envvar="TPUQ_STATUS_USER", help="Only this user's jobs.")
 @click.option("--team", "team_filter", help="Only this team's jobs.")
-@click.option("--state", "states", multiple=True, help="Only jobs in this state (repeatable).")
+@click.option("--state", "states", multiple=True, type=click.Choice(STATES),
+              help="Only jobs in this state (repeatable).")
+@click.option("--name", "name_pattern", help="Only jobs whose NAME matches (glob: 'sweep-*').")
+@click.option("--host", "host_filter", help="Only jobs on this host.")
 @click.option("-n", "--recent", default=20, show_default=True,
               help="How many finished jobs to show.")
+@click.option("-o", "--format", "fmt", default=DEFAULT, show_default=True,
+              envvar="TPUQ_STATUS_FORMAT",
+              help=f"Columns, as squeue -o: any of {', '.join(COLUMNS)}.")
+@click.option("--watch", is_flag=True, help="Refresh in place every 2 s (Ctrl-C ends).")
 @context.json_option
 def status(show_all: bool, mine: bool, user: str | None, team_filter: str | None,
-           states: tuple[str, ...], recent: int, as_json: bool) -> None:
-    """Show jobs (open ones and the most recent finished) and hosts.
+           states: tuple[str, ...], name_pattern: str | None, host_filter: str | None,
+           recent: int, fmt: str, watch: bool, as_json: bool) -> None:
+    """Show jobs (open ones and the most recent finished) and hosts: what runs, whose,
+    how far, and why the rest waits.
 
-    With --json, prints a JSON list of job objects (id, state, attempts, host,
-    exit_code, command, waiting_for, ...).
+    \b
+      tpuq status --mine --state queued       why are mine waiting?
+      tpuq status -o id,name,state,reason     pick columns
+      tpuq status --watch                     refresh in place
+
+    With --json, prints a JSON list of job objects (id, name, state, attempts, host,
+    exit_code, command, waiting_for, started_at, step, ...).
     """
-    from tpuq.protocol import JobList, ListJobs, WhoAmI
-
+    columns = parse_format(fmt)
     owner = user
     if mine:
-        from tpuq.protocol import Identity
+        from tpuq.protocol import Identity, WhoAmI
 
         owner = context.ask(WhoAmI(), Identity).user
-    reply = context.ask(ListJobs(owner=owner, team=team_filter, states=list(states),
-                                 recent=recent, everything=show_all), JobList)
+
+    def fetch() -> tuple[list[dict[str, Any]], list[dict[str, Any]], float]:
+        from tpuq.protocol import JobList, ListJobs
+
+        reply = context.ask(ListJobs(owner=owner, team=team_filter, states=list(states),
+                                     recent=recent, everything=show_all), JobList)
+        jobs = [j for j in reply.jobs
+                if (name_pattern is None or fnmatch.fnmatch(job_name(j), name_pattern))
+                and (host_filter is None or j["host"] == host_filter)]
+        return jobs, reply.hosts, reply.now
+
     if as_json:
-        context.echo_json(reply.jobs)
+        context.echo_json(fetch()[0])
         return
-    click.echo(_jobs_table(reply.jobs, reply.now) if reply.jobs else "no jobs")
-    click.echo()
-    click.echo(_hosts_table(reply.hosts, reply.now) if reply.hosts
-               else "no hosts: start one with `tpuq agent`")
+    console = _console()
+    if not watch:
+        jobs, hosts, now = fetch()
+        console.print(_view(jobs, hosts, now, columns), soft_wrap=False)
+        return
+    from rich.live import Live
+
+    with Live(console=console, auto_refresh=False, screen=False) as live:
+        try:
+            while True:
+                jobs, hosts, now = fetch()
+                live.update(_view(jobs, hosts, now, columns), refresh=True)
+                time.sleep(2.0)
+        except KeyboardInterrupt:
+            return
 
 
-def _jobs_table(jobs: list[dict[str, Any]], now: float) -> str:
-    rows = []
-    for j in jobs:
-        if j["state"] == "queued":
-            note = j["waiting_for"] or ""
-        elif j["state"] in ("running", "assigned", "preempting"):
-            note = render.command_words(j["command"])
-        else:
-            note = j["reason"] or ""
-        chips = "all" if j["chips"] is None else j["chips"]
-        rows.append((j["id"], j["state"], j["owner"], j["team"], chips, j["host"] or "-",
-                     j["attempts"], render.ago(j["submitted_at"], now), note))
-    return render.table(("ID", "STATE", "USER", "TEAM", "CHIPS", "HOST", "TRY", "AGE", "DETAIL"),
-                        rows)
+def _console() -> Any:
+    from rich.console import Console
+
+    width = os.environ.get("COLUMNS")
+    if width and width.isdigit():
+        return Console(width=int(width), highlight=False)
+    if sys.stdout.isatty():
+        return Console(highlight=False)
+    return Console(width=PIPE_WIDTH, highlight=False)
 
 
-def _hosts_table(hosts: list[dict[str, Any]], now: float) -> str:
-    rows = [(h["name"], h["tpu_type"] or "?", f"{h['used']}/{len(h['chips'])}",
-             ",".join(map(str, h["jobs"])) or "-", render.ago(h["heartbeat_at"], now),
-             h["state"]) for h in hosts]
-    return render.table(("HOST", "TYPE", "CHIPS", "JOBS", "HEARTBEAT", "STATE"), rows, 400)
+def _view(jobs: list[dict[str, Any]], hosts: list[dict[str, Any]], now: float,
+          columns: Sequence[str]) -> Any:
+    from rich.console import Group
+    from rich.text import Text
+
+    top = _jobs_table(jobs, now, columns) if jobs else Text("no jobs")
+    bottom = _hosts_table(hosts, now) if hosts else \
+        Text("no hosts: start one with `tpuq agent`")
+    return Group(top, Text(""), bottom)
+
+
+CAPS = {"NAME": 28, "USER": 16, "TEAM": 16, "HOST": 20, "PROGRESS": 24, "COMMAND": 60,
+        "JOBS": 24}
+GAP = 2  # spaces between columns
+MIN_FLEX = 12  # the flexible column (REASON, STATE of a host) is dropped below this
+
+
+def _layout(headers: Sequence[str], rows: Sequence[Sequence[str]], flexible: str,
+            width: int) -> list[tuple[str, int]]:
+    """(header, width) of the columns that fit in `width`: each at its natural width
+    (capped), the flexible one taking the rest; columns are dropped from the right
+    when even that does not fit (the first always stays)."""
+    natural = [min(max([len(h)] + [len(r[i]) for r in rows]), CAPS.get(h, 10**6))
+               for i, h in enumerate(headers)]
+    cols = list(zip(headers, natural, strict=True))
+    while True:
+        fixed = sum(w for h, w in cols if h != flexible) + GAP * (len(cols) - 1)
+        room = width - fixed
+        flex = [i for i, (h, _) in enumerate(cols) if h == flexible]
+        if flex and room >= MIN_FLEX:
+            i = flex[0]
+            cols[i] = (flexible, min(cols[i][1], room))
+            return cols
+        if not flex and room >= 0 or len(cols) == 1:
+            return cols
+        cols.pop()
+
+
+def _table(headers: list[str], rows: Sequence[Sequence[str]], flexible: str,
+           styles: Sequence[str | None] = ()) -> Any:
+    from rich.table import Table
+    from rich.text import Text
+
+    width = _console().width
+    cols = _layout(headers, rows, flexible, width)
+    keep = [headers.index(h) for h, _ in cols]
+    t = Table(box=None, padding=(0, GAP, 0, 0), show_edge=False, pad_edge=False,
+              header_style="bold", collapse_padding=True)
+    for h, w in cols:
+        t.add_column(h, no_wrap=True, overflow="ellipsis", width=w, min_width=w)
+    for n, row in enumerate(rows):
+        cells = [Text(row[i]) for i in keep]  # plain text, never Rich markup
+        style = styles[n] if n < len(styles) else None
+        if style and "STATE" in headers and headers.index("STATE") in keep:
+            cells[keep.index(headers.index("STATE"))].stylize(style)
+        t.add_row(*cells)
+    return t
+
+
+def _flat(value: str) -> str:
+    # one line per row: a multi-line `python -c '...'` must not break the table
+    return " ".join(value.split())
+
+
+def _jobs_table(jobs: list[dict[str, Any]], now: float, columns: Sequence[str]) -> Any:
+    headers = [COLUMNS[c][0] for c in columns]
+    rows = [[_flat(COLUMNS[c][1](j, now)) for c in columns] for j in jobs]
+    styles = [COLOURS.get(shown_state(j)) for j in jobs]
+    return _table(headers, rows, "REASON" if "reason" in columns else "COMMAND", styles)
+
+
+def _hosts_table(hosts: list[dict[str, Any]], now: float) -> Any:
+    rows = [[_flat(v) for v in (h["name"], h["tpu_type"] or "?",
+                                 f"{h['used']}/{len(h['chips'])}",
+                                 ",".join(map(str, h["jobs"])) or "-",
+                                 render.ago(h["heartbeat_at"], now), h["state"])]
+            for h in hosts]
+    return _table(["HOST", "TYPE", "CHIPS", "JOBS", "HEARTBEAT", "STATE"], rows, "STATE")
 
 
 COMMANDS = [status]

@@ -55,6 +55,18 @@ def envs(s: Session, job_ids: Iterable[int]) -> dict[int, dict[str, str]]:
     return {r.id: dict(r.env or {}) for r in s.execute(q)}
 
 
+def current_attempts(s: Session, rows: Sequence[Row[Any]]) -> dict[int, Row[Any]]:
+    """Each job's latest attempt (started_at, checkpoint_step, checkpoint_at), for status."""
+    wanted = [(r.id, r.attempt) for r in rows if r.attempt]
+    if not wanted:
+        return {}
+    ids = [j for j, _ in wanted]
+    latest = dict(wanted)
+    q = select(Attempt.job_id, Attempt.number, Attempt.started_at, Attempt.checkpoint_step,
+               Attempt.checkpoint_at).where(Attempt.job_id.in_(ids))
+    return {a.job_id: cast(Row[Any], a) for a in s.execute(q) if latest.get(a.job_id) == a.number}
+
+
 def attempts_of(s: Session, job_id: int) -> list[Attempt]:
     return list(s.scalars(select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.number)))
 

@@ -1,0 +1,61 @@
+"""`tpuq status` at a glance: NAME is the script's, rows fit the width and never wrap,
+columns are picked with -o, filters are validated, a job's text is never markup."""
+
+from __future__ import annotations
+
+import json
+
+from tests.harness import fixture_cmd
+
+
+def lines(stack, *args: str, width: int) -> list[str]:  # type: ignore[no-untyped-def]
+    out = stack.tpuq("status", *args, COLUMNS=str(width)).stdout
+    return out.splitlines()
+
+
+def test_status_names_jobs_fits_the_width_and_explains_waits(stack, host, tmp_path):
+    stack.start_agent(host)
+    gate = tmp_path / "gate"
+    script = tmp_path / "long_training_run.py"
+    script.write_text("import sys, os\nwhile not os.path.exists(sys.argv[1]): pass\n")
+    running = stack.submit(str(script), str(gate))
+    stack.wait_process(running)
+    held = stack.submit("--hold", "--name", "[bold]sweep-" + "x" * 90, "--", "/bin/true")
+    stack.wait_state(held, "held")
+    for width in (80, 120, 200):
+        rows = lines(stack, width=width)
+        assert all(len(r) <= width for r in rows), (width, rows)
+        header = next(r for r in rows if r.lstrip().startswith("ID"))
+        assert header.split()[:4] == ["ID", "NAME", "USER", "STATE"]
+        mine = next(r for r in rows if r.split()[:1] == [str(running)])
+        assert "long_training_run.py" in mine and "running" in mine
+        assert any(r.split()[:1] == [str(held)] and "[bold]sweep-" in r for r in rows), \
+            "a name is shown as written, never as markup"
+    wide = "\n".join(lines(stack, width=200))
+    assert f"held: `tpuq release {held}` lets it run" in wide
+    picked = lines(stack, "-o", "id,state", width=80)
+    assert picked[0].split() == ["ID", "STATE"]
+    assert [r.split() for r in picked[1:3]] == [[str(running), "running"], [str(held), "held"]]
+    only = lines(stack, "--name", "long_*", width=200)
+    assert [r.split()[0] for r in only[1:] if r.split() and r.split()[0].isdigit()] == \
+        [str(running)]
+    assert json.loads(stack.tpuq("status", "--json").stdout)[0]["started_at"] is not None
+    gate.touch()
+    stack.wait_state(running, "succeeded")
+
+
+def test_status_refuses_unknown_states_and_columns(stack):
+    r = stack.tpuq("status", "--state", "bogus", check=False)
+    assert r.returncode == 2 and "'bogus' is not one of" in r.stderr
+    r = stack.tpuq("status", "-o", "id,colour", check=False)
+    assert r.returncode == 2 and "unknown column colour" in r.stderr
+
+
+def test_a_draining_host_is_the_reason_a_job_waits(stack, host, tmp_path):
+    stack.start_agent(host)
+    stack.tpuq("drain", host.name)
+    job = stack.submit("--chips", "1", *fixture_cmd("wait_file.py", tmp_path / "g"))
+    rows = "\n".join(lines(stack, width=200))
+    assert f"no host in service: {host.name} draining" in rows
+    shown = json.loads(stack.tpuq("show", str(job), "--json").stdout)
+    assert shown["waiting_for"] == f"no host in service: {host.name} draining"
