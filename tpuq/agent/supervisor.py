@@ -207,6 +207,7 @@ class Supervisor(threading.Thread):
         self.pid = msg.get("pid")
         pid, ticks = self.pid or 0, msg.get("start_ticks")
         spec = self.spec
+        log.info("job %s attempt %s: started, pid %s", spec.job_id, spec.attempt, pid)
 
         def record() -> None:
             with self.ctx.db.single() as s:
@@ -333,3 +334,7 @@ class Supervisor(threading.Thread):
                                            retry_backoff_s=self.ctx.settings.retry_backoff_s),
                     "recording the end of")
         self.ending = end
+        status = f"exit {end.exit_code}" if end.exit_code is not None else \
+            f"signal {end.exit_signal}" if end.exit_signal is not None else "no exit status"
+        log.info("job %s attempt %s: %s (%s): %s", spec.job_id, spec.attempt,
+                 end.outcome.value, status, end.reason)

@@ -39,9 +39,23 @@ class HostConsumer(Consumer):  # type: ignore[misc]  # celery is untyped: Consum
         return super().ensure_connected(conn)
 
 
+def _warnings_only(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.WARNING
+
+
+_QUIET = _warnings_only
+
+
 class HostWorker:
     def __init__(self, host: tasks.Host, name: str, concurrency: int) -> None:
         tasks.bind(host)
+        # two lines per task ("Task tpuq.ring[...] received", "... succeeded in 9e-05s:
+        # None") drowned the agent's own lines about jobs; failures still log (ERROR).
+        # A filter, not a level: the worker sets its loggers' levels when it starts.
+        for name in ("celery.app.trace", "celery.worker.strategy"):
+            chatty = logging.getLogger(name)
+            if _QUIET not in chatty.filters:
+                chatty.addFilter(_QUIET)
         self.controller: Any = app.WorkController(
             hostname=f"tpuq@{name}", pool_cls="threads", concurrency=concurrency,
             queues=[host_queue(name), control_queue_name(app)], without_mingle=True,
