@@ -190,8 +190,16 @@ def _config_file(environ: dict[str, str]) -> Path:
 
 def load(environ: dict[str, str] | None = None) -> Settings:
     """Defaults, then the TOML config file (if any), then TPUQ_* environment variables."""
+    return load_with_sources(environ)[0]
+
+
+def load_with_sources(environ: dict[str, str] | None = None
+                      ) -> tuple[Settings, dict[str, str]]:
+    """The settings and, for each, where its value came from: "default", the config
+    file's path, or the environment variable's name (`tpuq config`)."""
     env = dict(os.environ if environ is None else environ)
     values: dict[str, Any] = {}
+    sources = dict.fromkeys(ENV, "default")
     path = _config_file(env)
     try:
         present = path.is_file()
@@ -211,14 +219,16 @@ def load(environ: dict[str, str] | None = None) -> Settings:
             if key not in ENV:
                 raise SettingsError(f"{path}: unknown setting {key!r}")
             values[key] = _coerce(key, raw, str(path))
+            sources[key] = str(path)
     for name, var in ENV.items():
         if env.get(var):
             values[name] = _coerce(name, env[var], var)
+            sources[name] = var
     settings = Settings(**values)
     problem = check(settings)
     if problem:
         raise SettingsError(problem)
-    return settings
+    return settings, sources
 
 
 def check(s: Settings) -> str | None:

@@ -82,19 +82,25 @@ def current() -> None:
 @click.command()
 @context.json_option
 def config(as_json: bool) -> None:
-    """Show the settings in effect and the environment variable for each."""
+    """Show each setting's value in effect, where it came from (default, the config file,
+    an environment variable) and the variable that sets it. Passwords are masked."""
     import dataclasses
 
-    from tpuq.settings import CONFIG_ENV, ENV
+    from tpuq.cli.render import table
+    from tpuq.settings import CONFIG_ENV, ENV, load_with_sources
 
-    cfg = context.settings()
+    cfg, sources = load_with_sources()
     values = {k: masked(v) if isinstance(v, str) else v for k, v in dataclasses.asdict(cfg).items()}
+    if not cfg.database_url:
+        values["database_url"] = f"{masked(cfg.db_url)} (embedded)"
     if as_json:
-        context.echo_json(values)
+        context.echo_json({name: {"value": values[name], "source": sources[name],
+                                  "variable": var} for name, var in ENV.items()})
         return
-    click.echo(f"# config file: ${CONFIG_ENV} or $TPUQ_HOME/config.toml (keys as below)")
-    for name, var in ENV.items():
-        click.echo(f"{name:24} {var:28} {values[name]!r}")
+    rows = [(name, "(none)" if values[name] in ("", None) else values[name], sources[name], var)
+            for name, var in ENV.items()]
+    click.echo(table(("SETTING", "VALUE", "FROM", "VARIABLE"), rows, max_last=40))
+    click.echo(f"\nconfig file: ${CONFIG_ENV}, else $TPUQ_HOME/config.toml (keys as SETTING)")
 
 
 def masked(value: str) -> str:
