@@ -3,6 +3,7 @@
     .venv/bin/python bench/faults.py                 # 200 runs per deployment, ~40 min
     .venv/bin/python bench/faults.py --runs 20       # a quick look
     .venv/bin/python bench/faults.py --seed 12345    # a batch again
+    .venv/bin/python bench/faults.py --only team     # one deployment
 
 Runs tests/e2e/test_faults.py (what CI runs as a short seeded batch) with
 TPUQ_FAULT_RUNS and a random base seed, and prints, per deployment, the runs, the jobs,
@@ -29,6 +30,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=200, help="runs per deployment")
     ap.add_argument("--seed", type=int, default=None, help="base seed (default random)")
+    ap.add_argument("--only", choices=("embedded", "team"), help="one deployment")
     args = ap.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     with tempfile.TemporaryDirectory(prefix="tpuq-faults-") as d:
@@ -38,6 +40,7 @@ def main() -> int:
         began = time.monotonic()
         rc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                              "--timeout=0",  # a batch runs for many minutes: pytest-timeout's 300 s is for CI
+                             *(["-k", args.only] if args.only else []),
                              "tests/e2e/test_faults.py"], cwd=ROOT, env=env).returncode
         wall = time.monotonic() - began
         rows = [json.loads(line) for line in report.read_text().splitlines()] \
