@@ -298,6 +298,8 @@ class LogChunk(Reply):
     notes: list[str] = []
     positions: dict[str, str] = {}
     ended: bool = False
+    reason: str = ""  # the job's, for one that never started
+    outcomes: dict[str, str] = {}  # attempt -> "failed: could not start: ..." once ended
 
 
 class Results(Reply):

@@ -47,8 +47,11 @@ def read(settings: Settings, db: Database, here: str, req: ReadLog, caller: Call
         if not reader.attempt(a):
             break
     done = queries.is_terminal(row.state) and reader.all_read
+    outcomes = {str(a.number): f"{a.outcome}: {a.reason}" if a.reason else str(a.outcome)
+                for a in atts if a.outcome is not None}
     return LogChunk(state=row.state, attempts=numbers, pieces=reader.pieces,
-                    notes=reader.notes, positions=reader.positions, ended=done)
+                    notes=reader.notes, positions=reader.positions, ended=done,
+                    reason=row.reason or "", outcomes=outcomes)
 
 
 class _Reader:

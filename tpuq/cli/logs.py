@@ -10,6 +10,8 @@ from __future__ import annotations
 import base64
 import sys
 import time
+from collections import deque
+from typing import Any
 
 import click
 
@@ -23,43 +25,90 @@ FOLLOW_POLL_S = 0.25  # asking again for new output: the file or stream is the t
 @click.argument("job_id", type=JOB_ID)
 @click.option("-f", "--follow", is_flag=True, help="Keep printing until the job ends.")
 @click.option("--attempt", type=int, help="Only this attempt (default: all, newest last).")
-def logs(job_id: int, follow: bool, attempt: int | None) -> None:
-    """Print a job's output (stdout and stderr together). With -f, follow it live,
-    across requeues, until the job ends, and exit with its outcome as `tpuq wait` does
-    (0 succeeded, 10 failed, 11 cancelled, 12 timeout), so `tpuq logs -f 12 && next`
-    works. Works from any machine of the deployment."""
+@click.option("--tail", "tail", type=click.IntRange(min=0), metavar="N",
+              help="Only the last N lines (then, with -f, what follows).")
+def logs(job_id: int, follow: bool, attempt: int | None, tail: int | None) -> None:
+    """Print a job's output (stdout and stderr together), each attempt under a header
+    line. With -f, follow it live, across requeues, until the job ends, and exit with its
+    outcome as `tpuq wait` does (0 succeeded, 10 failed, 11 cancelled, 12 timeout), so
+    `tpuq logs -f 12 && next` works. Works from any machine of the deployment.
+
+    \b
+      tpuq logs 12 --tail 50 -f
+    """
     from tpuq.protocol import LogChunk, ReadLog
 
+    out = _Printer(tail)
     positions: dict[str, str] = {}
-    headed: set[int] = set()
     while True:
         chunk = context.ask(ReadLog(id=job_id, attempt=attempt, positions=positions), LogChunk)
         positions = chunk.positions
-        header = len(chunk.attempts) > 1 or follow
         for piece in chunk.pieces:
-            number = piece["attempt"]
-            if header and number not in headed:
-                where = f" ({piece['host']})" if piece["source"] == "stream" else ""
-                click.echo(f"==> attempt {number}{where} <==", err=True)
-                headed.add(number)
-            sys.stdout.buffer.write(base64.b64decode(piece["data"]))
-            sys.stdout.flush()
+            out.piece(piece, len(chunk.attempts) > 1 or follow)
         for note in chunk.notes:
             click.echo(f"tpuq: {note}", err=True)
         if chunk.pieces:
             continue  # more may be waiting: ask again at once
-        if not chunk.attempts and not follow:
-            click.echo(f"job {job_id} has not started yet ({chunk.state})", err=True)
-        if follow and chunk.ended:
-            from tpuq.cli.wait import outcome_exit
-
-            code = outcome_exit(chunk.state)
-            if code:
-                raise SystemExit(code)
-            return
-        if not follow:
-            return
+        out.flush_tail()
+        if not follow or chunk.ended:
+            break
         time.sleep(FOLLOW_POLL_S)
+    _after(job_id, chunk, out.printed, follow)
+
+
+def _after(job_id: int, chunk: Any, printed: set[int], follow: bool) -> None:
+    """Say what the output cannot: why an attempt wrote nothing, why the job never ran;
+    and with -f, exit with the job's outcome."""
+    from tpuq.cli.wait import OUTCOME_EXIT, outcome_exit
+
+    for number, how in sorted(chunk.outcomes.items(), key=lambda kv: int(kv[0])):
+        if int(number) not in printed and not how.startswith("succeeded"):
+            click.echo(f"tpuq: attempt {number} wrote nothing: {how}", err=True)
+    if not chunk.attempts:
+        if chunk.state in OUTCOME_EXIT:
+            why = f" ({chunk.reason})" if chunk.reason else ""
+            click.echo(f"tpuq: job {job_id} never started: {chunk.state}{why}", err=True)
+        else:
+            click.echo(f"job {job_id} has not started yet ({chunk.state})", err=True)
+    if follow or not chunk.attempts:
+        code = outcome_exit(chunk.state) if chunk.state in OUTCOME_EXIT else 0
+        if code:
+            raise SystemExit(code)
+
+
+class _Printer:
+    """Writes pieces with an attempt header before each attempt's first; with a tail,
+    holds back all but the last N lines until the output so far is read."""
+
+    def __init__(self, tail: int | None) -> None:
+        self.tail: deque[bytes] | None = deque(maxlen=tail) if tail is not None else None
+        self.printed: set[int] = set()
+        self.partial = b""
+
+    def piece(self, piece: dict[str, Any], header: bool) -> None:
+        number = piece["attempt"]
+        data = base64.b64decode(piece["data"])
+        if header and number not in self.printed:
+            where = f" ({piece['host']})" if piece["source"] == "stream" else ""
+            self._write(f"==> attempt {number}{where} <==\n".encode())
+        self.printed.add(number)
+        self._write(data)
+
+    def _write(self, data: bytes) -> None:
+        if self.tail is None:
+            sys.stdout.buffer.write(data)
+            sys.stdout.flush()
+            return
+        lines = (self.partial + data).split(b"\n")
+        self.partial = lines.pop()
+        self.tail.extend(line + b"\n" for line in lines)
+
+    def flush_tail(self) -> None:
+        if self.tail is None:
+            return
+        sys.stdout.buffer.write(b"".join(self.tail) + self.partial)
+        sys.stdout.flush()
+        self.tail, self.partial = None, b""
 
 
 COMMANDS = [logs]
