@@ -36,8 +36,9 @@ def test_whole_host_job_waits_until_the_host_is_free(stack, host, tmp_path):
     small = stack.submit("--chips", "1", *fixture_cmd("wait_file.py", gate))
     stack.wait_state(small, "running")
     whole = stack.submit("--", "/bin/true")
-    wait_for(lambda: waiting_for(stack, whole) == "waiting for a free host", 30,
-             "the whole-host job to wait for a free host")
+    wait_for(lambda: waiting_for(stack, whole) == f"{host.name} reserved for it, start "
+             "unknown (running jobs there have no time limit)", 30,
+             "the whole-host job to hold the host, waiting for it to be free")
     assert stack.job(whole).state == "queued"
     gate.touch()
     stack.wait_all([small, whole], "succeeded")
