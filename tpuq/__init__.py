@@ -20,6 +20,7 @@ Leaf modules, stdlib only, used by every layer:
 
 - `settings.py`    every setting and its environment variable, in one place
 - `spec.py`        what a person submits, and its validation
+- `arrays.py`      job arrays: the `--array` syntax, one spec per task
 - `shapes.py`      which chip counts a host offers, and libtpu's bounds for each
 - `jobenv.py`      the environment a job sees: every variable tpuq sets or removes
 - `protocol.py`    the agent socket's typed requests and replies

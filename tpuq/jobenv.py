@@ -26,6 +26,7 @@ CHECKPOINT_DIR = "TPUQ_CHECKPOINT_DIR"  # the same for every attempt of a job
 RESUMED = "TPUQ_RESUMED"  # "1" from the second attempt on
 PREEMPT_SIGNAL = "TPUQ_PREEMPT_SIGNAL"  # the signal tpuq stops the job with
 PROGRESS_FILE = "TPUQ_PROGRESS_FILE"  # where tpuq.job.checkpointed() reports steps
+ARRAY_INDEX = "TPUQ_ARRAY_INDEX"  # a task's index in its array (set at submit, in its env)
 COORDINATOR_PORT = "JAX_COORDINATOR_PORT"  # jax.distributed's port; per subset (below)
 # Every child of an attempt inherits these: they mark a process as an attempt's (holders.py).
 MARKER_VARS = (JOB_ID, ATTEMPT, HOST, CHECKPOINT_DIR)
@@ -254,6 +255,8 @@ def build_env(
     own = {JOB_ID: str(job_id), ATTEMPT: str(attempt), HOST: host,
            CHECKPOINT_DIR: checkpoint_dir, RESUMED: "1" if resumed else "0"}
     env.update(own)
+    if ARRAY_INDEX in job_env:
+        own[ARRAY_INDEX] = job_env[ARRAY_INDEX]
     for name, value in job_env.items():
         if "$TPUQ_" in value or "${TPUQ_" in value:
             env[name] = expand_own(value, own)

@@ -119,6 +119,9 @@ class Submit(Request):
     held: bool = False
     after: list[int] = []  # start only once these succeeded
     after_any: list[int] = []  # start only once these ended, however
+    array: list[int] = []  # an array: one task per index (TPUQ_ARRAY_INDEX), one transaction
+    array_args: list[list[str]] = []  # --args-file: each task's extra arguments, by index
+    throttle: int | None = None  # at most this many tasks of the array run at once
 
 
 class ListJobs(Request):
@@ -165,6 +168,7 @@ class Control(Request):
     MUTATES: ClassVar[bool] = True
     action: Action = Action.CANCEL
     ids: list[int] = []
+    arrays: list[int] = []  # and every task of these arrays that has not ended
 
 
 class Resubmit(Request):
@@ -269,6 +273,7 @@ class Identity(Reply):
 class Submitted(Reply):
     NAME: ClassVar[str] = "submitted"
     id: int = 0
+    tasks: list[int] = []  # an array's task ids, in index order (id is the first)
     warnings: list[str] = []  # accepted, but it may wait long (no host of its type yet)
 
 
@@ -478,6 +483,7 @@ _CHECKS: dict[str, Callable[[Any], bool]] = {
     "dict[str, str]": _dict_of(lambda v: isinstance(v, str)),
     "list[int]": _list_of(_is_int),
     "list[str]": _list_of(lambda v: isinstance(v, str)),
+    "list[list[str]]": _list_of(_list_of(lambda v: isinstance(v, str))),
     "list[dict[str, Any]]": _list_of(lambda v: isinstance(v, dict)),
     "Failure": lambda v: v in {f.value for f in Failure},
     "Action": lambda v: v in {a.value for a in Action},

@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from tpuq import arrays
 from tpuq.api import logs, views
 from tpuq.api.caller import Caller, Denied, not_found, require_admin
 from tpuq.protocol import (
@@ -111,9 +112,15 @@ class Api:
         spec = JobSpec.from_dict({**req.spec, "owner": caller.name})
         with self.db.write() as s:
             warnings = admission.admit(s, spec, admin=caller.admin, open_team=self.settings.team)
-            job_id = jobs.submit(s, spec, actor=caller.name, held=req.held)
-            deps.add(s, job_id, req.after, req.after_any)
-        return Submitted(id=job_id, warnings=warnings)
+            if req.array:
+                tasks = jobs.submit_array(s, arrays.task_specs(spec, req.array, req.array_args),
+                                          req.array, req.throttle, actor=caller.name,
+                                          held=req.held)
+            else:
+                tasks = [jobs.submit(s, spec, actor=caller.name, held=req.held)]
+            for task in tasks:
+                deps.add(s, task, req.after, req.after_any)
+        return Submitted(id=tasks[0], tasks=tasks if req.array else [], warnings=warnings)
 
     def list_jobs(self, req: ListJobs, caller: Caller) -> Reply:
         with self.db.read() as s:
@@ -151,7 +158,10 @@ class Api:
         act = _JOB_ACTIONS[req.action]
         out = []
         with self.db.write() as s:
-            for job_id in req.ids:
+            tasks = queries.open_tasks(s, req.arrays)
+            if req.arrays and not tasks:
+                raise not_found(f"no open task in array {', '.join(map(str, req.arrays))}")
+            for job_id in [*req.ids, *tasks]:
                 owner = jobs.owner_of(s, job_id)
                 if owner is None:
                     out.append(_result(jobs.Result(job_id, False, "does not exist")))

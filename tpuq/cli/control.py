@@ -15,10 +15,14 @@ from tpuq.protocol import Action, Failure
 from tpuq.spec import SpecError, parse_duration
 
 
-def _act(ids: tuple[int, ...], action: Action, as_json: bool) -> None:
+def _act(ids: tuple[int, ...], action: Action, as_json: bool,
+         arrays: tuple[int, ...] = ()) -> None:
     from tpuq.protocol import Control, Results
 
-    _report(context.ask(Control(action=action, ids=list(ids)), Results).results, as_json)
+    if not ids and not arrays:
+        raise UserError("name the jobs (IDs) or --array ID")
+    _report(context.ask(Control(action=action, ids=list(ids), arrays=list(arrays)),
+                        Results).results, as_json)
 
 
 def _report(results: list[dict[str, Any]], as_json: bool) -> None:
@@ -36,15 +40,23 @@ def _report(results: list[dict[str, Any]], as_json: bool) -> None:
 
 
 ids_argument = click.argument("job_ids", nargs=-1, type=JOB_ID, required=True)
+array_option = click.option("--array", "arrays", multiple=True, type=JOB_ID, metavar="ID",
+                            help="Every task of this array that has not ended. Repeatable.")
 
 
 @click.command()
-@ids_argument
+@click.argument("job_ids", nargs=-1, type=JOB_ID)
+@array_option
 @context.json_option
-def cancel(job_ids: tuple[int, ...], as_json: bool) -> None:
+def cancel(job_ids: tuple[int, ...], arrays: tuple[int, ...], as_json: bool) -> None:
     """Cancel jobs. Queued ones end at once; running ones get their stop signal (default
-    SIGTERM) on the whole process group, their grace period, then SIGKILL."""
-    _act(job_ids, Action.CANCEL, as_json)
+    SIGTERM) on the whole process group, their grace period, then SIGKILL.
+
+    
+      tpuq cancel 12 13
+      tpuq cancel --array 40          every task of array 40 not ended yet
+    """
+    _act(job_ids, Action.CANCEL, as_json, arrays)
 
 
 @click.command()
@@ -56,19 +68,21 @@ def preempt(job_ids: tuple[int, ...], as_json: bool) -> None:
 
 
 @click.command()
-@ids_argument
+@click.argument("job_ids", nargs=-1, type=JOB_ID)
+@array_option
 @context.json_option
-def hold(job_ids: tuple[int, ...], as_json: bool) -> None:
+def hold(job_ids: tuple[int, ...], arrays: tuple[int, ...], as_json: bool) -> None:
     """Keep queued jobs from starting until released."""
-    _act(job_ids, Action.HOLD, as_json)
+    _act(job_ids, Action.HOLD, as_json, arrays)
 
 
 @click.command()
-@ids_argument
+@click.argument("job_ids", nargs=-1, type=JOB_ID)
+@array_option
 @context.json_option
-def release(job_ids: tuple[int, ...], as_json: bool) -> None:
+def release(job_ids: tuple[int, ...], arrays: tuple[int, ...], as_json: bool) -> None:
     """Let held jobs run again."""
-    _act(job_ids, Action.RELEASE, as_json)
+    _act(job_ids, Action.RELEASE, as_json, arrays)
 
 
 @click.command()

@@ -24,7 +24,15 @@ PIPE_WIDTH = 1000  # no terminal: rows are not cut (scripts should read --json)
 
 
 def job_name(j: dict[str, Any]) -> str:
-    """The job's --name, else its script's (or its command's) file name."""
+    """The job's --name, else its script's (or its command's) file name; an array's
+    task gets its index: `sweep.py[7]`."""
+    base = _base_name(j)
+    if j.get("array_index") is not None and not j.get("tasks"):
+        return f"{base}[{j['array_index']}]"
+    return base
+
+
+def _base_name(j: dict[str, Any]) -> str:
     if j.get("name"):
         return str(j["name"])
     cmd = [str(c) for c in j["command"] or ["?"]]
@@ -71,7 +79,7 @@ def chips(j: dict[str, Any]) -> str:
 
 Cell = Callable[[dict[str, Any], float], str]
 COLUMNS: dict[str, tuple[str, Cell]] = {
-    "id": ("ID", lambda j, now: str(j["id"])),
+    "id": ("ID", lambda j, now: str(j.get("shown_id") or j["id"])),
     "name": ("NAME", lambda j, now: job_name(j)),
     "user": ("USER", lambda j, now: str(j["owner"])),
     "team": ("TEAM", lambda j, now: str(j["team"])),
@@ -114,10 +122,12 @@ def parse_format(text: str) -> list[str]:
               envvar="TPUQ_STATUS_FORMAT",
               help=f"Columns, as squeue -o: any of {', '.join(COLUMNS)}.")
 @click.option("--watch", is_flag=True, help="Refresh in place every 2 s (Ctrl-C ends).")
+@click.option("--expand", is_flag=True,
+              help="One row per waiting array task (default: one row per array).")
 @context.json_option
 def status(show_all: bool, mine: bool, user: str | None, team_filter: str | None,
            states: tuple[str, ...], name_pattern: str | None, host_filter: str | None,
-           recent: int, fmt: str, watch: bool, as_json: bool) -> None:
+           recent: int, fmt: str, watch: bool, expand: bool, as_json: bool) -> None:
     """Show jobs (open ones and the most recent finished) and hosts: what runs, whose,
     how far, and why the rest waits.
 
@@ -149,6 +159,13 @@ def status(show_all: bool, mine: bool, user: str | None, team_filter: str | None
     if as_json:
         context.echo_json(fetch()[0])
         return
+    if not expand:
+        plain = fetch
+
+        def fetch() -> tuple[list[dict[str, Any]], list[dict[str, Any]], float]:
+            jobs, hosts, now = plain()
+            return collapse(jobs), hosts, now
+
     console = _console()
     if not watch:
         jobs, hosts, now = fetch()
@@ -164,6 +181,27 @@ def status(show_all: bool, mine: bool, user: str | None, team_filter: str | None
                 time.sleep(2.0)
         except KeyboardInterrupt:
             return
+
+
+def collapse(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The waiting tasks of an array as one row, `12_[3-99]` (as squeue shows them)."""
+    from tpuq.arrays import compress
+
+    out: list[dict[str, Any]] = []
+    rows: dict[tuple[int, str], dict[str, Any]] = {}
+    for j in jobs:
+        if j.get("array_id") is None or j["state"] not in ("queued", "held"):
+            out.append(j)
+            continue
+        key = (j["array_id"], j["state"])
+        row = rows.get(key)
+        if row is None:
+            row = rows[key] = {**j, "tasks": []}
+            out.append(row)
+        row["tasks"].append(j["array_index"])
+    for row in rows.values():
+        row["shown_id"] = f"{row['array_id']}_[{compress(row['tasks'])}]"
+    return out
 
 
 def _console() -> Any:

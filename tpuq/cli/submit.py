@@ -8,13 +8,14 @@ On a machine without an agent of this deployment, write it to the database direc
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from tpuq import jobenv
+from tpuq import arrays, jobenv
 from tpuq.cli import context
 from tpuq.cli.args import JOB_ID
 from tpuq.cli.errors import UserError
@@ -90,6 +91,12 @@ def build_command(args: tuple[str, ...], python: str | None) -> list[str]:
                    "cancelled. Repeatable.")
 @click.option("--after-any", "after_any", multiple=True, metavar="ID[,ID]",
               help="Start only once these jobs ended, however they ended. Repeatable.")
+@click.option("--array", "array_spec", metavar="0-99%8",
+              help="Queue one task per index (TPUQ_ARRAY_INDEX): ranges, lists 1,3,5-7, "
+                   "steps 0-99:2; %N: at most N run at once. One submission.")
+@click.option("--args-file", type=click.File("r"), metavar="FILE",
+              help="Queue one task per line of FILE, the line's words appended to the "
+                   "command (TPUQ_ARRAY_INDEX = the line's number from 0; # comments).")
 @click.option("--wait", "wait_end", is_flag=True,
               help="Wait until the job ends; exit with its outcome as `tpuq wait` does.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the job id.")
@@ -99,7 +106,8 @@ def submit(command: tuple[str, ...], name: str | None, chips: int | None, tpu_ty
            stop_signal: str,
            grace: str | None, time_limit: str | None, max_retries: int, no_requeue: bool,
            no_tcmalloc: bool, python: str | None, hold: bool, after: tuple[str, ...],
-           after_any: tuple[str, ...], wait_end: bool, quiet: bool, as_json: bool) -> None:
+           after_any: tuple[str, ...], array_spec: str | None, args_file: Any,
+           wait_end: bool, quiet: bool, as_json: bool) -> None:
     """Queue a job: a Python script or, after --, any command.
 
     \b
@@ -125,12 +133,17 @@ def submit(command: tuple[str, ...], name: str | None, chips: int | None, tpu_ty
         ).validate()
     except SpecError as e:
         raise UserError(str(e)) from None
-    job_id, notes = _send(cfg, spec, hold, job_ids(after, "--after"),
-                          job_ids(after_any, "--after-any"))
+    array = _array(array_spec, args_file)
+    job_id, tasks, notes = _send(cfg, spec, hold, job_ids(after, "--after"),
+                                 job_ids(after_any, "--after-any"), array)
+    state = "held" if hold else "queued"
     if as_json:
-        context.echo_json({"id": job_id, "state": "held" if hold else "queued"})
+        context.echo_json({"id": job_id, "state": state, **({"tasks": tasks} if tasks else {})})
     elif quiet:
         click.echo(job_id)
+    elif tasks:
+        click.echo(f"submitted array {job_id}: {len(tasks)} tasks, jobs {tasks[0]}..{tasks[-1]}"
+                   + (" (held)" if hold else ""))
     else:
         click.echo(f"submitted job {job_id}" + (" (held)" if hold else ""))
     for note in notes:  # on stderr, so even -q and --json show them
@@ -138,7 +151,8 @@ def submit(command: tuple[str, ...], name: str | None, chips: int | None, tpu_ty
     if wait_end:
         from tpuq.cli.wait import exit_status, wait_for
 
-        code = exit_status(wait_for([job_id], say=not quiet and not as_json), [job_id])
+        every = tasks or [job_id]
+        code = exit_status(wait_for(every, say=not quiet and not as_json), every)
         if code:
             raise SystemExit(code)
 
@@ -156,17 +170,42 @@ def job_ids(values: tuple[str, ...], option: str) -> list[int]:
     return out
 
 
+Array = tuple[list[int], list[list[str]], int | None]
+
+
+def _array(spec: str | None, args_file: Any) -> Array | None:
+    """(indices, per-task arguments, throttle) from --array and --args-file."""
+    if spec is None and args_file is None:
+        return None
+    try:
+        indices, throttle = arrays.parse(spec) if spec else ([], None)
+    except SpecError as e:
+        raise UserError(str(e)) from None
+    if args_file is None:
+        return indices, [], throttle
+    lines = [shlex.split(line, comments=True) for line in args_file.read().splitlines()]
+    args = [words for words in lines if words]
+    if not args:
+        raise UserError(f"--args-file {args_file.name}: no lines of arguments")
+    if spec and (len(indices) != len(args)):
+        raise UserError(f"--array has {len(indices)} tasks but --args-file "
+                        f"{args_file.name} has {len(args)} lines")
+    return (indices or list(range(len(args)))), args, throttle
+
+
 def _send(cfg: Settings, spec: JobSpec, hold: bool, after: list[int],
-          after_any: list[int]) -> tuple[int, list[str]]:
-    """Queue the spec; (job id, warnings and notes for the user)."""
+          after_any: list[int], array: Array | None) -> tuple[int, list[int], list[str]]:
+    """Queue the spec; (job id, an array's task ids, warnings and notes for the user)."""
     from tpuq.protocol import Submit, Submitted
 
+    indices, args, throttle = array or ([], [], None)
     reply = context.ask(Submit(spec=spec.to_dict(), held=hold, after=after,
-                               after_any=after_any), Submitted)
+                               after_any=after_any, array=indices, array_args=args,
+                               throttle=throttle), Submitted)
     notes = list(reply.warnings)
     if cfg.embedded and not context.client().via_agent:
         notes.append("note: no agent is running on this VM; start one with `tpuq agent`")
-    return reply.id, notes
+    return reply.id, list(reply.tasks), notes
 
 
 COMMANDS = [submit]

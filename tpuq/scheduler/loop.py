@@ -43,7 +43,8 @@ def views(snap: snapshot.Snapshot) -> tuple[list[policy.JobView], list[policy.Ho
                            submitted_at=r.submitted_at, chips=r.chips, tpu_type=r.tpu_type,
                            not_before=r.not_before, depends_on=snap.unmet.get(r.id, ()),
                            est_hours=(r.time_limit_s or 0.0) / 3600.0,
-                           time_limit_s=r.time_limit_s) for r in snap.queued]
+                           time_limit_s=r.time_limit_s, array_id=r.array_id,
+                           array_throttle=r.array_throttle) for r in snap.queued]
     hosts = [policy.HostView(name=name, tpu_type=tpu_type, chips=chips,
                              free=frozenset(chips) - snap.used.get(name, set()),
                              schedulable=why is None, out_of_service=why or "",
@@ -79,7 +80,7 @@ def plan_for(s: Session, settings: Settings, recent_usage: dict[str, usage.Usage
     snap = snapshot.read(s, settings.host_stale_s, settings.fair_share_half_life_h,
                          recent_usage)
     jobs, hosts, teams = views(snap)
-    return snap, policy.plan(jobs, hosts, teams, snap.now)
+    return snap, policy.plan(jobs, hosts, teams, snap.now, array_running=snap.array_running)
 
 
 class Scheduler:

@@ -46,9 +46,12 @@ def plan(
     *,
     reserve_after_s: float = 0.0,
     max_reservations: int = 4,
+    array_running: Mapping[int, int] = MappingProxyType({}),
 ) -> Plan:
-    """Decide which queued jobs start now and where; say why the others wait."""
+    """Decide which queued jobs start now and where; say why the others wait.
+    `array_running`: tasks of throttled arrays running now (by array id)."""
     planner = _Planner(hosts, teams, now, succeeded, reserve_after_s, max_reservations)
+    planner.array_running = dict(array_running)
     planner.run(jobs)
     return Plan(
         assignments=tuple(planner.assignments),
@@ -78,6 +81,7 @@ class _Planner:
         self.assigned: set[int] = set()
         self.reserved_for: dict[int, str] = {}  # job id -> host name
         self.starts: dict[int, float] = {}  # job id -> its reservation's estimated start
+        self.array_running: dict[int, int] = {}  # array id -> tasks running (throttles)
         self.memo: dict[tuple[object, ...], str] = {}
 
     def state(self, team: str) -> TeamState:
@@ -105,6 +109,9 @@ class _Planner:
             if job.not_before is not None and job.not_before > now:
                 continue
             if job.depends_on and not succeeded.issuperset(job.depends_on):
+                continue
+            if job.array_throttle is not None and job.array_id is not None and \
+                    self.array_running.get(job.array_id, 0) >= job.array_throttle:
                 continue
             need = need_key(job.chips)
             if (job.tpu_type, need) not in offered:
@@ -138,6 +145,8 @@ class _Planner:
         ts.add(job.user, len(chips), host.type, job.est_hours)
         self.assignments.append(Assignment(job.id, host.name, chips))
         self.assigned.add(job.id)
+        if job.array_id is not None:
+            self.array_running[job.array_id] = self.array_running.get(job.array_id, 0) + 1
         return True
 
     def _try_backfill(self, job: JobView, ts: TeamState, need: int) -> bool:
@@ -176,6 +185,9 @@ class _Planner:
             unmet = [str(d) for d in job.depends_on if d not in self.succeeded]
             if unmet:
                 return f"waiting for job{'s' if len(unmet) > 1 else ''} {', '.join(unmet)}"
+        if job.array_throttle is not None and job.array_id is not None and \
+                self.array_running.get(job.array_id, 0) >= job.array_throttle:
+            return f"array {job.array_id} at its limit of {job.array_throttle} running"
         host = self.reserved_for.get(job.id)
         if host is not None:
             return f"{host} reserved for it, {self._start_words(self.starts[job.id])}"

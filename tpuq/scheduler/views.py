@@ -44,6 +44,8 @@ class JobView:
     depends_on: tuple[int, ...] = ()  # job ids that must have succeeded
     est_hours: float = 0.0  # for budget checks (0 = unknown, not checked)
     time_limit_s: float | None = None  # backfill: may run on reserved chips if it ends first
+    array_id: int | None = None  # a task of this array...
+    array_throttle: int | None = None  # ...of which at most this many run at once
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,11 @@ which change a user command means.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Row, Table, insert, select
+from sqlalchemy import Row, Table, insert, select, update
 from sqlalchemy.orm import Session
 
 from tpuq.spec import SPEC_FIELDS, JobSpec
@@ -58,6 +58,29 @@ def submit(s: Session, spec: JobSpec, actor: str | None = None, held: bool = Fal
         )
     )
     return int(job_id)
+
+
+def submit_array(s: Session, specs: Sequence[JobSpec], indices: Sequence[int],
+                 throttle: int | None, actor: str | None = None, held: bool = False
+                 ) -> list[int]:
+    """Insert the tasks of an array in this one transaction (bulk statements, not a
+    loop of submits); the first task's id is the array's id. Returns the tasks' ids."""
+    for spec in specs:
+        spec.validate()
+    admission.check_shape(s, specs[0])  # every task has the same shape
+    state = H if held else Q
+    now = float(s.execute(select(db_now())).scalar_one())  # one value for every row
+    rows = [{**spec.to_dict(), "state": state.value, "failures": 0, "preemptions": 0,
+             "attempt": 0, "submitted_at": now, "updated_at": now, "array_index": i,
+             "array_throttle": throttle} for spec, i in zip(specs, indices, strict=True)]
+    ids = [int(i) for i in s.scalars(insert(Job).returning(Job.id, sort_by_parameter_order=True),
+                                     rows)]
+    s.execute(update(Job).where(Job.id.in_(ids)).values(array_id=ids[0]))
+    s.execute(insert(JobEvent), [
+        {"job_id": j, "at": now, "from_state": None, "to_state": state.value, "attempt": 0,
+         "reason": f"submitted (array {ids[0]}, task {i})", "actor": actor or specs[0].owner}
+        for j, i in zip(ids, indices, strict=True)])
+    return ids
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,9 @@ class Job(Base):
     stop_request: Mapped[str | None] = mapped_column(String(16))
     not_before: Mapped[float | None] = mapped_column(Double)
     resubmit_of: Mapped[int | None] = mapped_column(ForeignKey("jobs.id"))
+    array_id: Mapped[int | None] = mapped_column(Integer, index=True)  # its first task's id
+    array_index: Mapped[int | None] = mapped_column(Integer)  # TPUQ_ARRAY_INDEX
+    array_throttle: Mapped[int | None] = mapped_column(Integer)  # tasks running at once
     submitted_at: Mapped[float] = mapped_column(Double)
     updated_at: Mapped[float] = mapped_column(Double)
     ended_at: Mapped[float | None] = mapped_column(Double)

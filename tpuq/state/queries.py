@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from tpuq.state.clock import db_now
 from tpuq.state.models import Allocation, Attempt, Host, Job, JobEvent, Meta
-from tpuq.state.states import ACTIVE, WAITING, JobState
+from tpuq.state.states import ACTIVE, TERMINAL, WAITING, JobState
 
 JOBS = cast(Table, Job.__table__)
 # every column of a job but its environment
@@ -53,6 +53,16 @@ def envs(s: Session, job_ids: Iterable[int]) -> dict[int, dict[str, str]]:
     else:
         q = select(JOBS.c.id, JOBS.c.env).where(JOBS.c.id.in_(ids))
     return {r.id: dict(r.env or {}) for r in s.execute(q)}
+
+
+def open_tasks(s: Session, arrays: Sequence[int]) -> list[int]:
+    """Tasks of these arrays that have not ended, in index order."""
+    if not arrays:
+        return []
+    done = [st.value for st in TERMINAL]
+    q = (select(JOBS.c.id).where(JOBS.c.array_id.in_(arrays), JOBS.c.state.not_in(done))
+         .order_by(JOBS.c.array_id, JOBS.c.array_index))
+    return [int(i) for i in s.scalars(q)]
 
 
 def current_attempts(s: Session, rows: Sequence[Row[Any]]) -> dict[int, Row[Any]]:

@@ -19,7 +19,7 @@ from tpuq.state import deps, hosts
 from tpuq.state import usage as usage_mod
 from tpuq.state.clock import db_now
 from tpuq.state.models import Allocation, Attempt, Host, Job, Team
-from tpuq.state.states import JobState
+from tpuq.state.states import ACTIVE, JobState
 
 
 @dataclass
@@ -38,6 +38,7 @@ class Snapshot:
     # host -> chip -> when the job holding it reaches its time limit (jobs with a limit)
     ends: dict[str, dict[int, float]] = field(default_factory=lambda: defaultdict(dict))
     unmet: dict[int, tuple[int, ...]] = field(default_factory=dict)  # job -> jobs it awaits
+    array_running: dict[int, int] = field(default_factory=dict)  # throttled array -> tasks on
 
 
 # Core columns (no ORM layer): this runs after every finished job
@@ -47,7 +48,7 @@ ATTEMPTS = cast(Table, Attempt.__table__)
 TEAMS = cast(Table, Team.__table__)
 QUEUED_COLUMNS = tuple(JOBS.c[n] for n in (
     "id", "team", "owner", "priority", "submitted_at", "chips", "tpu_type", "not_before",
-    "attempt", "time_limit_s"))
+    "attempt", "time_limit_s", "array_id", "array_throttle"))
 HOST_COLUMNS = tuple(cast(Table, Host.__table__).c[n] for n in (
     "name", "tpu_type", "chips", "heartbeat_at", "draining", "busy_reason", "stopped_at"))
 
@@ -72,6 +73,9 @@ def read(s: Session, host_stale_s: float, half_life_h: float,
             snap.used[h.name].update(h.booked)
     if snap.queued:
         snap.unmet = deps.unmet(s)
+        throttled = {r.array_id for r in snap.queued if r.array_throttle is not None}
+        if throttled:
+            snap.array_running = _array_running(s, throttled)
     if snap.queued and snap.used:
         for host, chip, end in s.execute(_limited_chips()):
             snap.ends[host][chip] = float(end)
@@ -81,6 +85,15 @@ def read(s: Session, host_stale_s: float, half_life_h: float,
     periods = {name: t.budget_period for name, t in snap.teams.items()}
     snap.usage = usage if usage is not None else usage_mod.usage(s, now, half_life_h, periods)
     return snap
+
+
+def _array_running(s: Session, arrays: set[int]) -> dict[int, int]:
+    """Tasks of these arrays that hold or may hold chips now (assigned, running, stopping)."""
+    active = [st.value for st in ACTIVE]
+    q = (select(JOBS.c.array_id, func.count()).where(JOBS.c.array_id.in_(arrays),
+                                                     JOBS.c.state.in_(active))
+         .group_by(JOBS.c.array_id))
+    return {int(a): int(n) for a, n in s.execute(q)}
 
 
 def _limited_chips() -> Any:
