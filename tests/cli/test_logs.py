@@ -10,8 +10,12 @@ def test_tail_and_attempt_headers(stack, host):
     stack.wait_state(job, "succeeded")
     r = stack.tpuq("logs", str(job), "--tail", "2")
     assert r.stdout == "line 4\nline 5\n"
-    r = stack.tpuq("logs", "-f", str(job))
-    assert r.stdout.startswith("==> attempt 1 <==\nline 1\n"), "headers go with the text"
+    twice = stack.submit("--", "sh", "-c",
+                         'echo run $TPUQ_ATTEMPT; [ "$TPUQ_ATTEMPT" = 1 ] && exit 75; exit 0')
+    stack.wait_state(twice, "succeeded")
+    r = stack.tpuq("logs", str(twice))
+    assert r.stdout.startswith("==> attempt 1"), "headers go with the text"
+    assert "run 1\n==> attempt 2" in r.stdout and r.stdout.endswith("run 2\n")
     r = stack.tpuq("logs", str(job), "--attempt", "9", check=False)
     assert r.returncode == 3 and f"job {job} has no attempt 9" in r.stderr
 

@@ -263,7 +263,7 @@ def test_logs_follow_from_another_machine_reads_the_stream(team_stack, host, tmp
     # run from a machine that is not the job's host: the output comes from Redis
     r = team_stack.tpuq("logs", str(job_id), "-f", **LAPTOP)
     assert r.stdout.splitlines() == ["first", "second"]
-    assert "(tpu-a)" in r.stderr
+    assert "attempt 1's output comes from tpu-a's log stream" in r.stderr
     assert team_stack.job(job_id).state == "succeeded"
 
 

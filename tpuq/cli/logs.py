@@ -28,8 +28,8 @@ FOLLOW_POLL_S = 0.25  # asking again for new output: the file or stream is the t
 @click.option("--tail", "tail", type=click.IntRange(min=0), metavar="N",
               help="Only the last N lines (then, with -f, what follows).")
 def logs(job_id: int, follow: bool, attempt: int | None, tail: int | None) -> None:
-    """Print a job's output (stdout and stderr together), each attempt under a header
-    line. With -f, follow it live, across requeues, until the job ends, and exit with its
+    """Print a job's output (stdout and stderr together); a job run more than once has
+    each attempt under a header line. With -f, follow it live, across requeues, until the job ends, and exit with its
     outcome as `tpuq wait` does (0 succeeded, 10 failed, 11 cancelled, 12 timeout), so
     `tpuq logs -f 12 && next` works. Works from any machine of the deployment.
 
@@ -44,7 +44,7 @@ def logs(job_id: int, follow: bool, attempt: int | None, tail: int | None) -> No
         chunk = context.ask(ReadLog(id=job_id, attempt=attempt, positions=positions), LogChunk)
         positions = chunk.positions
         for piece in chunk.pieces:
-            out.piece(piece, len(chunk.attempts) > 1 or follow)
+            out.piece(piece, len(chunk.attempts) > 1)
         for note in chunk.notes:
             click.echo(f"tpuq: {note}", err=True)
         if chunk.pieces:
@@ -88,8 +88,11 @@ class _Printer:
     def piece(self, piece: dict[str, Any], header: bool) -> None:
         number = piece["attempt"]
         data = base64.b64decode(piece["data"])
+        where = f" ({piece['host']})" if piece["source"] == "stream" else ""
+        if number not in self.printed and where:
+            click.echo(f"tpuq: attempt {number}'s output comes from {piece['host']}'s log "
+                       "stream", err=True)
         if header and number not in self.printed:
-            where = f" ({piece['host']})" if piece["source"] == "stream" else ""
             self._write(f"==> attempt {number}{where} <==\n".encode())
         self.printed.add(number)
         self._write(data)

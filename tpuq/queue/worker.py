@@ -52,8 +52,8 @@ class HostWorker:
         # two lines per task ("Task tpuq.ring[...] received", "... succeeded in 9e-05s:
         # None") drowned the agent's own lines about jobs; failures still log (ERROR).
         # A filter, not a level: the worker sets its loggers' levels when it starts.
-        for name in ("celery.app.trace", "celery.worker.strategy"):
-            chatty = logging.getLogger(name)
+        for logger in ("celery.app.trace", "celery.worker.strategy"):
+            chatty = logging.getLogger(logger)
             if _QUIET not in chatty.filters:
                 chatty.addFilter(_QUIET)
         self.controller: Any = app.WorkController(
