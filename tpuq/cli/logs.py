@@ -29,9 +29,9 @@ FOLLOW_POLL_S = 0.25  # asking again for new output: the file or stream is the t
               help="Only the last N lines (then, with -f, what follows).")
 def logs(job_id: int, follow: bool, attempt: int | None, tail: int | None) -> None:
     """Print a job's output (stdout and stderr together); a job run more than once has
-    each attempt under a header line. With -f, follow it live, across requeues, until the job ends, and exit with its
-    outcome as `tpuq wait` does (0 succeeded, 10 failed, 11 cancelled, 12 timeout), so
-    `tpuq logs -f 12 && next` works. Works from any machine of the deployment.
+    each attempt under a header line. With -f, follow it live, across requeues, until
+    the job ends, and exit with its outcome as `tpuq wait` does (0 succeeded, 10 failed,
+    11 cancelled, 12 timeout), so `tpuq logs -f 12 && next` works. Works from any machine of the deployment.
 
     \b
       tpuq logs 12 --tail 50 -f
