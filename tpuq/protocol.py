@@ -201,6 +201,17 @@ class ForgetHost(Request):
     host: str = ""
 
 
+class History(Request):
+    """Ended jobs over a period, with runtime and chip-hours (`tpuq history`)."""
+
+    OP: ClassVar[str] = "history"
+    since: float | None = None
+    until: float | None = None
+    user: str | None = None
+    team: str | None = None
+    states: list[str] = []
+
+
 class QuotaReport(Request):
     OP: ClassVar[str] = "quota"
 
@@ -242,7 +253,7 @@ class CleanTpu(Request):
 
 REQUESTS: dict[str, type[Request]] = {cls.OP: cls for cls in (
     Ping, Wake, WhoAmI, Submit, ListJobs, ShowJob, ReadLog, Control, Resubmit, Drain,
-    ForgetHost, QuotaReport, QuotaSet, Membership, AdminSet, CleanTpu)}
+    ForgetHost, History, QuotaReport, QuotaSet, Membership, AdminSet, CleanTpu)}
 
 
 # ---- replies ---------------------------------------------------------------------------------

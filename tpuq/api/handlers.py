@@ -26,6 +26,7 @@ from tpuq.protocol import (
     Drain,
     Failure,
     ForgetHost,
+    History,
     Identity,
     JobDetail,
     JobList,
@@ -52,6 +53,7 @@ from tpuq.state import (
     admission,
     attempts,
     deps,
+    history,
     hosts,
     jobs,
     outage,
@@ -84,7 +86,7 @@ class Api:
             WhoAmI: self.whoami, Submit: self.submit, ListJobs: self.list_jobs,
             ShowJob: self.show, ReadLog: self.read_log, Control: self.control,
             Resubmit: self.resubmit, Drain: self.drain, ForgetHost: self.forget_host,
-            QuotaReport: self.quota,
+            QuotaReport: self.quota, History: self.history,
             QuotaSet: self.quota_set, Membership: self.membership, AdminSet: self.admin_set,
         }
 
@@ -206,6 +208,11 @@ class Api:
             except hosts.HostLive as e:
                 raise Denied(Failure.CONFLICT, str(e)) from None
         return Done(message=f"{req.host}: forgotten (its agent registers it again if it starts)")
+
+    def history(self, req: History, caller: Caller) -> Reply:
+        with self.db.read() as s:
+            return Rows(rows=history.ended(s, since=req.since, until=req.until, user=req.user,
+                                           team=req.team, states=req.states))
 
     def quota(self, req: QuotaReport, caller: Caller) -> Reply:
         with self.db.read() as s:

@@ -12,7 +12,19 @@ import sys
 import click
 
 from tpuq import __version__
-from tpuq.cli import admin, agent_cmds, control, logs, pod, quota, show, status, submit, wait
+from tpuq.cli import (
+    admin,
+    agent_cmds,
+    control,
+    history,
+    logs,
+    pod,
+    quota,
+    show,
+    status,
+    submit,
+    wait,
+)
 from tpuq.cli.errors import UserError, translate
 
 
@@ -42,7 +54,7 @@ def cli() -> None:
 
 for command in (*submit.COMMANDS, *status.COMMANDS, *show.COMMANDS, *logs.COMMANDS,
                 *control.COMMANDS, *agent_cmds.COMMANDS, *quota.COMMANDS, *admin.COMMANDS,
-                *pod.COMMANDS, *wait.COMMANDS):
+                *pod.COMMANDS, *wait.COMMANDS, *history.COMMANDS):
     cli.add_command(command)
 
 

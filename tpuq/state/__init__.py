@@ -13,6 +13,7 @@
 - `teams.py`        teams, members, limits
 - `admins.py`       who may change anyone's jobs; who a PostgreSQL session is
 - `roles.py`        PostgreSQL login roles for users and agents
+- `history.py`      ended jobs over a period and what they cost (tpuq history)
 - `usage.py`        chip-hours used (periods, decay) and the quota report
 - `queries.py`      read-only views for the CLI
 - `clock.py`        the database clock

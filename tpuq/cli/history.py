@@ -1,0 +1,82 @@
+"""`tpuq history`: ended jobs over a period, as SLURM's sacct, with what they cost."""
+
+from __future__ import annotations
+
+import csv
+import sys
+import time
+
+import click
+
+from tpuq.cli import context, render
+from tpuq.cli.status import job_name
+from tpuq.spec import SpecError, parse_duration
+
+ENDED = ("succeeded", "failed", "cancelled", "timeout")
+CSV_FIELDS = ("id", "name", "owner", "team", "state", "chips", "tpu_type", "attempts",
+              "submitted_at", "ended_at", "runtime_s", "chip_hours", "chip_hours_not_charged")
+
+
+def _since(value: str | None, option: str) -> float | None:
+    """`1d` (ago) or an absolute `YYYY-MM-DD[ HH:MM]`, as epoch seconds."""
+    if value is None:
+        return None
+    for fmt in ("%Y-%m-%d %H:%M", "%Y-%m-%d"):
+        try:
+            return time.mktime(time.strptime(value, fmt))
+        except ValueError:
+            pass
+    try:
+        return time.time() - parse_duration(value)
+    except SpecError:
+        raise click.BadParameter(f"{value!r}: a duration ago (e.g. 7d) or a date "
+                                 "(YYYY-MM-DD[ HH:MM])", param_hint=option) from None
+
+
+@click.command()
+@click.option("--since", default="7d", show_default=True,
+              help="Jobs that ended after this: a duration ago (7d, 12h) or a date.")
+@click.option("--until", help="...and before this (same forms).")
+@click.option("--user", help="Only this user's jobs.")
+@click.option("--team", help="Only this team's jobs.")
+@click.option("--state", "states", multiple=True, type=click.Choice(ENDED),
+              help="Only jobs that ended so (repeatable).")
+@click.option("--csv", "as_csv", is_flag=True, help="Print CSV for spreadsheets.")
+@context.json_option
+def history(since: str, until: str | None, user: str | None, team: str | None,
+            states: tuple[str, ...], as_csv: bool, as_json: bool) -> None:
+    """Ended jobs over a period, with runtime, chips, and chip-hours charged and not
+    charged (preemptions, host errors), like sacct.
+
+    \b
+      tpuq history --since 30d --user alice --csv > alice.csv
+    """
+    from tpuq.protocol import History, Rows
+
+    rows = context.ask(History(since=_since(since, "'--since'"),
+                               until=_since(until, "'--until'"), user=user, team=team,
+                               states=list(states)), Rows).rows
+    if as_json:
+        context.echo_json(rows)
+        return
+    if as_csv:
+        out = csv.DictWriter(sys.stdout, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        out.writeheader()
+        out.writerows(rows)
+        return
+    if not rows:
+        click.echo("no jobs ended then")
+        return
+    table = [(r["id"], job_name(r), r["owner"], r["team"], r["state"],
+              "all" if r["chips"] is None else r["chips"], r["attempts"],
+              render.duration(r["runtime_s"]), f"{r['chip_hours']:.2f}",
+              f"{r['chip_hours_not_charged']:.2f}", render.clock(r["ended_at"]))
+             for r in rows]
+    click.echo(render.table(("ID", "NAME", "USER", "TEAM", "STATE", "CHIPS", "TRIES",
+                             "RUNTIME", "CHIP-H", "NOT CHARGED", "ENDED"), table))
+    total = sum(r["chip_hours"] for r in rows)
+    free = sum(r["chip_hours_not_charged"] for r in rows)
+    click.echo(f"\n{len(rows)} jobs, {total:.2f} chip-hours charged, {free:.2f} not charged")
+
+
+COMMANDS = [history]
