@@ -150,3 +150,10 @@ def test_config_shows_each_value_where_it_came_from_and_hides_passwords(stack):
     assert shown["maintenance_lead_s"]["source"] == "default"
     assert shown["database_url"]["value"] == "postgresql://u:***@127.0.0.1:1/db"
     assert "secret" not in stack.tpuq("config", TPUQ_DATABASE_URL="postgresql://u:secret@h/d").stdout
+
+
+def test_help_names_each_options_environment_variable(stack):
+    out = " ".join(stack.tpuq("submit", "--help").stdout.split())
+    assert "[env var: TPUQ_CHIPS]" in out and "[env var: TPUQ_GRACE]" in out
+    assert "env var: TPUQ_SUBMIT_HOLD" in out, "options without their own name the automatic one"
+    assert "[env var: TPUQ_STATUS_FORMAT" in " ".join(stack.tpuq("status", "--help").stdout.split())

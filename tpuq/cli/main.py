@@ -58,6 +58,19 @@ for command in (*submit.COMMANDS, *status.COMMANDS, *show.COMMANDS, *logs.COMMAN
     cli.add_command(command)
 
 
+def _show_envvars(group: click.Group) -> None:
+    """`--help` names each option's environment variable (its own, or TPUQ_<CMD>_<OPT>)."""
+    for command in group.commands.values():
+        if isinstance(command, click.Group):
+            _show_envvars(command)
+        for param in command.params:
+            if isinstance(param, click.Option) and param.name not in ("help",):
+                param.show_envvar = True
+
+
+_show_envvars(cli)
+
+
 AUTO_ENV_PREFIX = "TPUQ"
 
 
