@@ -47,16 +47,56 @@ array_option = click.option("--array", "arrays", multiple=True, type=JOB_ID, met
 @click.command()
 @click.argument("job_ids", nargs=-1, type=JOB_ID)
 @array_option
+@click.option("--mine", is_flag=True, help="Every job of mine not ended yet (with the filters).")
+@click.option("--state", "states", multiple=True,
+              type=click.Choice(("queued", "held", "assigned", "running", "preempting")),
+              help="With --mine: only jobs in this state (repeatable).")
+@click.option("--name", "name_pattern", help="With --mine: only jobs whose NAME matches (glob).")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask (scripts): cancel what --mine finds.")
 @context.json_option
-def cancel(job_ids: tuple[int, ...], arrays: tuple[int, ...], as_json: bool) -> None:
+def cancel(job_ids: tuple[int, ...], arrays: tuple[int, ...], mine: bool,
+           states: tuple[str, ...], name_pattern: str | None, yes: bool, as_json: bool) -> None:
     """Cancel jobs. Queued ones end at once; running ones get their stop signal (default
     SIGTERM) on the whole process group, their grace period, then SIGKILL.
 
-    
+    \b
       tpuq cancel 12 13
-      tpuq cancel --array 40          every task of array 40 not ended yet
+      tpuq cancel --array 40                  every task of array 40 not ended yet
+      tpuq cancel --mine --state queued       says which, asks first (-y: does not)
+      tpuq cancel --mine --name 'sweep-*' -y
     """
+    if mine:
+        job_ids = (*job_ids, *_mine(states, name_pattern, yes))
+        if not job_ids and not arrays:
+            click.echo("no job of yours matches", err=True)
+            return
+    elif states or name_pattern:
+        raise UserError("--state and --name choose among your jobs: add --mine")
     _act(job_ids, Action.CANCEL, as_json, arrays)
+
+
+def _mine(states: tuple[str, ...], name_pattern: str | None, yes: bool) -> list[int]:
+    """My open jobs that match, after saying which (and asking, unless --yes)."""
+    import fnmatch
+    import sys
+
+    from tpuq.cli.status import job_name
+    from tpuq.protocol import Identity, JobList, ListJobs, WhoAmI
+
+    me = context.ask(WhoAmI(), Identity).user
+    open_states = list(states) or ["queued", "held", "assigned", "running", "preempting"]
+    jobs = context.ask(ListJobs(owner=me, states=open_states), JobList).jobs
+    picked = [j for j in jobs
+              if name_pattern is None or fnmatch.fnmatch(job_name(j), name_pattern)]
+    if not picked:
+        return []
+    click.echo(f"{len(picked)} job{'s' if len(picked) != 1 else ''} of {me}: "
+               + " ".join(f"{j['id']} ({job_name(j)}, {j['state']})" for j in picked), err=True)
+    if not yes:
+        if not sys.stdin.isatty():
+            raise UserError("no terminal to ask on: add --yes to cancel them")
+        click.confirm("cancel them?", abort=True, err=True)
+    return [j["id"] for j in picked]
 
 
 @click.command()
