@@ -31,3 +31,15 @@ def test_history_counts_what_each_ended_job_cost(stack, host, tmp_path):
     assert json.loads(stack.tpuq("history", "--json", "--until", "2000-01-01").stdout) == []
     r = stack.tpuq("history", "--since", "yesterdayish", check=False)
     assert r.returncode == 2 and "a duration ago" in r.stderr
+
+
+def test_usage_totals_per_user_and_team(stack, host):
+    stack.start_agent(host)
+    jobs = [stack.submit("--chips", "1", "--", "sleep", "0.2") for _ in range(2)]
+    stack.wait_all(jobs, "succeeded")
+    by_user = json.loads(stack.tpuq("usage", "--json").stdout)
+    assert [(u["user"], u["jobs"]) for u in by_user] == [("tester", 2)]
+    assert by_user[0]["chip_hours"] >= 2 * 0.2 / 3600
+    by_team = json.loads(stack.tpuq("usage", "--by", "team", "--json").stdout)
+    assert [(t["team"], t["jobs"]) for t in by_team] == [("default", 2)]
+    assert "tester" in stack.tpuq("usage").stdout

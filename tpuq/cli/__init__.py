@@ -10,7 +10,7 @@
 - `status.py`      tpuq status
 - `show.py`        tpuq show
 - `logs.py`        tpuq logs
-- `history.py`     tpuq history: ended jobs and what they cost (sacct)
+- `history.py`     tpuq history (sacct) and tpuq usage: ended jobs and what they cost
 - `wait.py`        tpuq wait (and submit --wait): block until jobs end, exit with the outcome
 - `control.py`     cancel, preempt, hold, release, resubmit, drain, undrain
 - `quota.py`       tpuq quota (and set, add-member, remove-member)

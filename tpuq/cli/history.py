@@ -79,4 +79,39 @@ def history(since: str, until: str | None, user: str | None, team: str | None,
     click.echo(f"\n{len(rows)} jobs, {total:.2f} chip-hours charged, {free:.2f} not charged")
 
 
-COMMANDS = [history]
+@click.command()
+@click.option("--since", default="30d", show_default=True,
+              help="Jobs that ended after this: a duration ago (30d) or a date.")
+@click.option("--until", help="...and before this (same forms).")
+@click.option("--by", type=click.Choice(("user", "team")), default="user", show_default=True,
+              help="Totals per user or per team.")
+@context.json_option
+def usage(since: str, until: str | None, by: str, as_json: bool) -> None:
+    """Chip-hours per user (or team) over a period: jobs ended, chip-hours charged and
+    not charged (from the same records as `tpuq history`)."""
+    from tpuq.protocol import History, Rows
+
+    rows = context.ask(History(since=_since(since, "'--since'"),
+                               until=_since(until, "'--until'")), Rows).rows
+    key = "owner" if by == "user" else "team"
+    totals: dict[str, dict[str, float]] = {}
+    for r in rows:
+        t = totals.setdefault(r[key], {"jobs": 0, "chip_hours": 0.0,
+                                       "chip_hours_not_charged": 0.0, "runtime_s": 0.0})
+        t["jobs"] += 1
+        for k in ("chip_hours", "chip_hours_not_charged", "runtime_s"):
+            t[k] += r[k]
+    ordered = sorted(totals.items(), key=lambda kv: -kv[1]["chip_hours"])
+    if as_json:
+        context.echo_json([{by: name, **t} for name, t in ordered])
+        return
+    if not ordered:
+        click.echo("no jobs ended then")
+        return
+    click.echo(render.table((by.upper(), "JOBS", "CHIP-H", "NOT CHARGED", "RUNTIME"),
+                            [(name, int(t["jobs"]), f"{t['chip_hours']:.2f}",
+                              f"{t['chip_hours_not_charged']:.2f}",
+                              render.duration(t["runtime_s"])) for name, t in ordered]))
+
+
+COMMANDS = [history, usage]
