@@ -95,6 +95,7 @@ class Supervisor(threading.Thread):
         self.spec = spec
         self.link: KeeperLink | None = None
         self.pid: int | None = None
+        self._progress_shown: tuple[int, float] | None = None  # last step written live
         self._adopted = adopted
         self._wake_r, self._wake_w = os.pipe()
         self._kill_now = False
@@ -297,10 +298,17 @@ class Supervisor(threading.Thread):
     def _renew(self) -> attempts.Lease | None:
         """The lease renewed, or None while the database is unavailable."""
         spec = self.spec
+        progress = outcome.last_progress(
+            outcome.progress_path(self.ctx.log_path(spec.job_id, spec.attempt)))
         try:
             with self.ctx.db.write() as s:
-                return attempts.renew(s, spec.job_id, spec.attempt, self.ctx.name,
-                                      self.ctx.settings.lease_s)
+                lease = attempts.renew(s, spec.job_id, spec.attempt, self.ctx.name,
+                                       self.ctx.settings.lease_s)
+                if lease.held and progress is not None and progress != self._progress_shown:
+                    # live progress for `status`/`show`, in the renewal's transaction
+                    attempts.record_progress(s, spec.job_id, spec.attempt, *progress)
+                    self._progress_shown = progress
+                return lease
         except Exception as e:
             if not is_outage(e):
                 raise
