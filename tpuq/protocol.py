@@ -201,6 +201,16 @@ class ForgetHost(Request):
     host: str = ""
 
 
+class Update(Request):
+    """Change a queued or held job's priority or time limit (its owner, or an admin)."""
+
+    OP: ClassVar[str] = "update"
+    MUTATES: ClassVar[bool] = True
+    id: int = 0
+    priority: int | None = None
+    time_limit_s: float | None = None
+
+
 class History(Request):
     """Ended jobs over a period, with runtime and chip-hours (`tpuq history`)."""
 
@@ -253,7 +263,7 @@ class CleanTpu(Request):
 
 REQUESTS: dict[str, type[Request]] = {cls.OP: cls for cls in (
     Ping, Wake, WhoAmI, Submit, ListJobs, ShowJob, ReadLog, Control, Resubmit, Drain,
-    ForgetHost, History, QuotaReport, QuotaSet, Membership, AdminSet, CleanTpu)}
+    ForgetHost, History, Update, QuotaReport, QuotaSet, Membership, AdminSet, CleanTpu)}
 
 
 # ---- replies ---------------------------------------------------------------------------------

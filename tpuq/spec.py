@@ -213,6 +213,15 @@ def _env(value: Any) -> dict[str, str]:
     return dict(value)
 
 
+def check_update(priority: Any, time_limit_s: Any) -> None:
+    """The fields `tpuq update` may change, checked as a submit checks them."""
+    if priority is not None:
+        _int(priority, "--priority", -MAX_PRIORITY, MAX_PRIORITY)
+    if time_limit_s is not None and \
+            _seconds(time_limit_s, "--time", 0.0, MAX_TIME_LIMIT_S) <= 0:
+        raise SpecError("--time must be longer than 0s")
+
+
 def check_runnable(command: Any, cwd: Any, env: Any, stop_signal: Any) -> None:
     """What the agent needs to start a job, checked again at its start: a row written by
     a hand that bypassed validation (a privileged database role) fails with the reason

@@ -208,3 +208,13 @@ def test_only_a_teams_members_charge_it_and_the_default_team_stays_open(shared, 
                                            f"add-member vision {bob.name}`\n")
     own = submit(shared, bob, "--", "/bin/true")
     assert shared.wait_state(own, "succeeded").team == "default"
+
+
+def test_nobody_updates_a_colleagues_job(shared, people):
+    alice, bob = people
+    job = submit(shared, alice, "--hold", *SLEEPER)
+    r = bob.tpuq("update", str(job), "--priority", "9", env=user_env(shared, bob))
+    assert r.returncode == 4 and f"is {alice.name}'s; only its owner or an admin" in r.stderr
+    r = alice.tpuq("update", str(job), "--priority", "9", env=user_env(shared, alice))
+    assert r.returncode == 0, r.stderr
+    assert shared.job(job).priority == 9

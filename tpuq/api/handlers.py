@@ -44,10 +44,11 @@ from tpuq.protocol import (
     ShowJob,
     Submit,
     Submitted,
+    Update,
     WhoAmI,
 )
 from tpuq.settings import Settings
-from tpuq.spec import JobSpec, SpecError
+from tpuq.spec import JobSpec, SpecError, check_update
 from tpuq.state import (
     admins,
     admission,
@@ -86,7 +87,7 @@ class Api:
             WhoAmI: self.whoami, Submit: self.submit, ListJobs: self.list_jobs,
             ShowJob: self.show, ReadLog: self.read_log, Control: self.control,
             Resubmit: self.resubmit, Drain: self.drain, ForgetHost: self.forget_host,
-            QuotaReport: self.quota, History: self.history,
+            QuotaReport: self.quota, History: self.history, Update: self.update,
             QuotaSet: self.quota_set, Membership: self.membership, AdminSet: self.admin_set,
         }
 
@@ -174,6 +175,19 @@ class Api:
                 else:
                     out.append(_result(act(s, job_id, caller.name)))
         return Results(results=out)
+
+    def update(self, req: Update, caller: Caller) -> Reply:
+        check_update(req.priority, req.time_limit_s)
+        with self.db.write() as s:
+            owner = jobs.owner_of(s, req.id)
+            if owner is None:
+                raise not_found(f"job {req.id} does not exist")
+            if not caller.owns(owner):
+                raise Denied(Failure.FORBIDDEN, f"job {req.id} is {owner}'s; only its owner "
+                                                "or an admin may change it")
+            r = jobs.update(s, req.id, caller.name, priority=req.priority,
+                            time_limit_s=req.time_limit_s)
+        return Results(results=[_result(r)])
 
     def resubmit(self, req: Resubmit, caller: Caller) -> Reply:
         with self.db.write() as s:

@@ -12,7 +12,7 @@
 - `logs.py`        tpuq logs
 - `history.py`     tpuq history (sacct) and tpuq usage: ended jobs and what they cost
 - `wait.py`        tpuq wait (and submit --wait): block until jobs end, exit with the outcome
-- `control.py`     cancel, preempt, hold, release, resubmit, drain, undrain
+- `control.py`     cancel, preempt, hold, release, update, resubmit, drain, undrain
 - `quota.py`       tpuq quota (and set, add-member, remove-member)
 - `agent_cmds.py`  tpuq agent, tpuq db, tpuq config
 - `pod.py`         tpuq pod hosts, run, clean, setup (a pod slice over SSH, from host 0)

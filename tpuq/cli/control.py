@@ -126,6 +126,39 @@ def release(job_ids: tuple[int, ...], arrays: tuple[int, ...], as_json: bool) ->
 
 
 @click.command()
+@click.argument("job_id", type=JOB_ID)
+@click.option("--priority", type=int, help="Its new priority (higher runs first in its team).")
+@click.option("--time", "time_limit", help="Its new time limit per attempt, e.g. 6h.")
+@click.option("--hold", is_flag=True, help="Hold it too (`tpuq release ID` lets it run).")
+@context.json_option
+def update(job_id: int, priority: int | None, time_limit: str | None, hold: bool,
+           as_json: bool) -> None:
+    """Change a job that has not started (as scontrol update): its priority, its time
+    limit, or hold it. Its owner or an admin.
+
+    \b
+      tpuq update 12 --priority 5 --time 6h
+    """
+    from tpuq.protocol import Results, Update
+
+    try:
+        seconds = parse_duration(time_limit) if time_limit else None
+    except SpecError as e:
+        raise UserError(str(e)) from None
+    if priority is None and seconds is None and not hold:
+        raise UserError("nothing to change: --priority N, --time 6h or --hold")
+    results = []
+    if priority is not None or seconds is not None:
+        results += context.ask(Update(id=job_id, priority=priority, time_limit_s=seconds),
+                               Results).results
+    if hold:
+        from tpuq.protocol import Control
+
+        results += context.ask(Control(action=Action.HOLD, ids=[job_id]), Results).results
+    _report(results, as_json)
+
+
+@click.command()
 @click.argument("job_ids", nargs=-1, type=JOB_ID)
 @click.option("--failed", is_flag=True, help="Every failed or timed-out job not resubmitted yet.")
 @click.option("--since", help="With --failed: only jobs that ended within this time (e.g. 1d).")
@@ -200,4 +233,4 @@ def host_forget(name: str) -> None:
     click.echo(context.ask(ForgetHost(host=name), Done).message)
 
 
-COMMANDS = [cancel, preempt, hold, release, resubmit, drain, undrain, host]
+COMMANDS = [cancel, preempt, hold, release, update, resubmit, drain, undrain, host]

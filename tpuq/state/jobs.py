@@ -10,13 +10,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Row, Table, insert, select, update
+from sqlalchemy import Row, Table, insert, select
+from sqlalchemy import update as update_
 from sqlalchemy.orm import Session
 
 from tpuq.spec import SPEC_FIELDS, JobSpec
 from tpuq.state import admission, queries
 from tpuq.state.attempts import release_chips
 from tpuq.state.clock import db_now
+from tpuq.state.db import rows_changed
 from tpuq.state.models import Job, JobEvent
 from tpuq.state.states import TERMINAL, JobState, StopRequest
 from tpuq.state.transitions import transition
@@ -75,7 +77,7 @@ def submit_array(s: Session, specs: Sequence[JobSpec], indices: Sequence[int],
              "array_throttle": throttle} for spec, i in zip(specs, indices, strict=True)]
     ids = [int(i) for i in s.scalars(insert(Job).returning(Job.id, sort_by_parameter_order=True),
                                      rows)]
-    s.execute(update(Job).where(Job.id.in_(ids)).values(array_id=ids[0]))
+    s.execute(update_(Job).where(Job.id.in_(ids)).values(array_id=ids[0]))
     s.execute(insert(JobEvent), [
         {"job_id": j, "at": now, "from_state": None, "to_state": state.value, "attempt": 0,
          "reason": f"submitted (array {ids[0]}, task {i})", "actor": actor or specs[0].owner}
@@ -104,6 +106,31 @@ def _current(s: Session, job_id: int) -> Row[Any] | None:
 def owner_of(s: Session, job_id: int) -> str | None:
     """The job's owner, or None when there is no such job."""
     return s.scalar(select(JOBS.c.owner).where(JOBS.c.id == job_id))
+
+
+def update(s: Session, job_id: int, actor: str, *, priority: int | None = None,
+           time_limit_s: float | None = None) -> Result:
+    """Change a job that has not started: its priority, its time limit."""
+    values: dict[str, Any] = {}
+    if priority is not None:
+        values["priority"] = priority
+    if time_limit_s is not None:
+        values["time_limit_s"] = time_limit_s
+    job = _current(s, job_id)
+    if job is None:
+        return Result(job_id, False, "does not exist")
+    if not values:
+        return Result(job_id, False, "nothing to change (--priority, --time)")
+    done = s.execute(update_(Job).where(Job.id == job_id, Job.state.in_([Q.value, H.value]))
+                     .values(**values, updated_at=db_now()))
+    if not rows_changed(done):
+        return Result(job_id, False, f"is {job.state}: only a queued or held job changes")
+    what = ", ".join(f"{k.replace('_s', '')} {v:g}" if isinstance(v, float) else f"{k} {v}"
+                     for k, v in values.items())
+    s.execute(insert(JobEvent).values(job_id=job_id, at=db_now(), from_state=job.state,
+                                      to_state=job.state, attempt=job.attempt,
+                                      reason=f"updated: {what}", actor=actor))
+    return Result(job_id, True, f"updated: {what}")
 
 
 def cancel(s: Session, job_id: int, actor: str) -> Result:
