@@ -117,7 +117,7 @@ def test_exit_code_failure_and_resubmit_failed(stack, host):
     new = res["id"]
     assert new != bad and stack.job(new).resubmit_of == bad
     assert stack.wait_state(new, "failed").exit_code == 3
-    again = stack.tpuq("resubmit", "--failed", "--since", "1h", "-n").stdout
+    again = stack.tpuq("resubmit", "--failed", "--since", "1h", "--dry-run").stdout
     assert f"{new}" in again and f" {bad}" not in again, "an original already resubmitted is skipped"
 
 

@@ -162,7 +162,7 @@ def update(job_id: int, priority: int | None, time_limit: str | None, hold: bool
 @click.argument("job_ids", nargs=-1, type=JOB_ID)
 @click.option("--failed", is_flag=True, help="Every failed or timed-out job not resubmitted yet.")
 @click.option("--since", help="With --failed: only jobs that ended within this time (e.g. 1d).")
-@click.option("-n", "--dry-run", is_flag=True, help="Say what would be resubmitted.")
+@click.option("--dry-run", is_flag=True, help="Say what would be resubmitted.")
 @context.json_option
 def resubmit(job_ids: tuple[int, ...], failed: bool, since: str | None, dry_run: bool,
              as_json: bool) -> None:
