@@ -14,16 +14,18 @@ mkdir -p "$TPUQ_HOME/dev" && touch "$TPUQ_HOME"/dev/accel{0,1,2,3}
 
 "$TPUQ" agent >"$TPUQ_HOME/agent.log" 2>&1 &
 agent=$!
-trap 'kill -TERM $agent 2>/dev/null; wait $agent 2>/dev/null || true' EXIT
+# stop the agent it started (by its pid) and remove the demo's state (KEEP=1 keeps it)
+trap 'kill -TERM $agent 2>/dev/null; wait $agent 2>/dev/null || true
+      [ -n "${KEEP:-}" ] || rm -rf "$TPUQ_HOME"' EXIT
 until grep -qs "agent on" "$TPUQ_HOME/agent.log"; do
   kill -0 $agent 2>/dev/null || { cat "$TPUQ_HOME/agent.log"; exit 1; }
   sleep 0.1
 done
 
-echo "\$ tpuq submit examples/train.py --steps 60"
+echo "\$ tpuq submit -q examples/train.py --steps 60 --ckpt-every 20"
 id=$("$TPUQ" submit -q examples/train.py --steps 60 --ckpt-every 20)
 echo "\$ tpuq logs $id -f"
 "$TPUQ" logs "$id" -f
 echo; echo "\$ tpuq status"; "$TPUQ" status
 echo; echo "\$ tpuq show $id"; "$TPUQ" show "$id"
-echo; echo "(state in $TPUQ_HOME; the agent stops now)"
+echo; echo "(the agent stops now; its state in $TPUQ_HOME is removed unless KEEP=1)"

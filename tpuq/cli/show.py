@@ -48,7 +48,9 @@ def _spec_text(job: dict[str, Any]) -> str:
         f"{job['max_retries']} allowed); preempted {job['preemptions']} times",
     ]
     if job["env"]:
-        lines.append(f"  env       {', '.join(sorted(job['env']))}")
+        names = sorted(job["env"])
+        more = f", ... ({len(names)} in all; --json lists them)" if len(names) > 8 else ""
+        lines.append(f"  env       {', '.join(names[:8])}{more}")
     if job["resubmit_of"]:
         lines.append(f"  resubmits job {job['resubmit_of']}")
     if job["waiting_for"]:
