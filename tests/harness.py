@@ -110,7 +110,10 @@ class Stack:
         """Pids of the attempt keepers this test's agents started (they outlive agents;
         only `host`'s, if given): forked from `python -m tpuq.agent.keeper
         <home>/run/<host>`, they carry its command line."""
-        mark = f"{self.home}/run/{host.name if host else ''}".encode()
+        # an agent may have been given a state directory of its own (TPUQ_HOME)
+        homes = {str(self.home), *(a.env["TPUQ_HOME"] for a in self.agents
+                                   if "TPUQ_HOME" in a.env)}
+        marks = [f"{home}/run/{host.name if host else ''}".encode() for home in homes]
         found = []
         for name in os.listdir("/proc"):
             if not name.isdigit():
@@ -119,7 +122,7 @@ class Stack:
                 cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
             except OSError:
                 continue
-            if b"tpuq.agent.keeper" in cmdline and mark in cmdline:
+            if b"tpuq.agent.keeper" in cmdline and any(m in cmdline for m in marks):
                 found.append(int(name))
         return found
 
