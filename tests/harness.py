@@ -30,7 +30,7 @@ T = TypeVar("T")
 
 
 def wait_for(pred: Callable[[], T], timeout: float = 30.0, what: str = "condition",
-              interval: float = 0.05) -> T:
+             interval: float = 0.05, on_timeout: Callable[[], str] | None = None) -> T:
     """Poll `pred` until it returns something truthy; fail the test with `what` on timeout."""
     deadline = time.monotonic() + timeout
     while True:
@@ -38,7 +38,8 @@ def wait_for(pred: Callable[[], T], timeout: float = 30.0, what: str = "conditio
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            more = f"\n{on_timeout()}" if on_timeout is not None else ""
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}{more}")
         time.sleep(interval)
 
 

@@ -86,6 +86,14 @@ def test_timeout_stops_every_worker(fake_pod: FakePod) -> None:
     wait_for(lambda: not fake_pod.session_pids(), 10, "every session to end")
 
 
+def as_on_a_terminal() -> None:
+    """The dispositions a command typed at a terminal starts with: a suite started in
+    the background (`nohup`, `&`) passes SIGINT and SIGHUP on ignored, and `pod run`
+    keeps a signal it was started ignoring ignored, on purpose."""
+    for sig in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP], ids=["SIGINT", "SIGHUP"])
 def test_ctrl_c_or_a_closed_terminal_stops_every_worker(fake_pod: FakePod,
                                                          sig: signal.Signals) -> None:
@@ -93,7 +101,7 @@ def test_ctrl_c_or_a_closed_terminal_stops_every_worker(fake_pod: FakePod,
     p = subprocess.Popen([*TPUQ, "pod", "run", "--hosts", str(fake_pod.hosts_file()), "--",
                           f"sleep 300 & echo $! > {d}/c.$TPUQ_POD_WORKER; wait"],
                          env=fake_pod.env(), cwd=d, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True, preexec_fn=as_on_a_terminal)
     try:
         wait_for(lambda: all(pids(d / f"c.{i}") for i in range(3)), 20, "every worker to start")
         p.send_signal(sig)
