@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tpuq.state.db import Database
-from tpuq.state.models import Attempt, Host, Job
+from tpuq.state.models import Attempt, GangWorker, Host, Job
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -233,6 +233,7 @@ class Stack:
         try:
             with self.db.read() as s:
                 pids = [(a.pid, a.proc_start) for a in s.query(Attempt) if a.pid]
+                pids += [(g.pid, g.proc_start) for g in s.query(GangWorker) if g.pid]
         except Exception:  # noqa: BLE001 - the database may be gone or never created
             pids = []
         from tpuq.agent.holders import is_same_process

@@ -27,6 +27,10 @@ RESUMED = "TPUQ_RESUMED"  # "1" from the second attempt on
 PREEMPT_SIGNAL = "TPUQ_PREEMPT_SIGNAL"  # the signal tpuq stops the job with
 PROGRESS_FILE = "TPUQ_PROGRESS_FILE"  # where tpuq.job.checkpointed() reports steps
 ARRAY_INDEX = "TPUQ_ARRAY_INDEX"  # a task's index in its array (set at submit, in its env)
+# a slice job's task: its worker number, the number of workers, the slice's name
+WORKER_ID = "TPUQ_WORKER_ID"
+NUM_WORKERS = "TPUQ_NUM_WORKERS"
+SLICE = "TPUQ_SLICE"
 COORDINATOR_PORT = "JAX_COORDINATOR_PORT"  # jax.distributed's port; per subset (below)
 # Every child of an attempt inherits these: they mark a process as an attempt's (holders.py).
 MARKER_VARS = (JOB_ID, ATTEMPT, HOST, CHECKPOINT_DIR)
@@ -246,14 +250,23 @@ def build_env(
     stop_signal: str | None = None,
     progress_file: str | None = None,
     exists: Callable[[str], bool] = os.path.exists,
+    gang: tuple[int, int, str] | None = None,
+    coordinator_port: int | None = None,
 ) -> dict[str, str]:
-    """The complete environment of one attempt (raises ValueError for an unshapeable subset)."""
+    """The complete environment of one attempt (raises ValueError for an unshapeable subset).
+    `gang`: (worker, workers, slice) of a slice job's task, whose JAX coordinator listens
+    on `coordinator_port` (the metadata is left alone: a bare jax.distributed.initialize()
+    finds its peers there on a TPU VM)."""
     env = {**base, **job_env}
     for name in PARTITION_VARS:
         env.pop(name, None)
     env.update(partition_env(chips, host_chip_count, port_base))
     own = {JOB_ID: str(job_id), ATTEMPT: str(attempt), HOST: host,
            CHECKPOINT_DIR: checkpoint_dir, RESUMED: "1" if resumed else "0"}
+    if gang is not None:
+        own.update({WORKER_ID: str(gang[0]), NUM_WORKERS: str(gang[1]), SLICE: gang[2]})
+        if coordinator_port is not None:
+            env[COORDINATOR_PORT] = str(coordinator_port)
     env.update(own)
     if ARRAY_INDEX in job_env:
         own[ARRAY_INDEX] = job_env[ARRAY_INDEX]

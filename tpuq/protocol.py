@@ -149,6 +149,7 @@ class ReadLog(Request):
     attempt: int | None = None
     positions: dict[str, str] = {}
     max_bytes: int = 512 * 1024
+    worker: int | None = None  # a slice job's worker (None: worker 0; -1: every worker)
 
 
 class Action(str, Enum):

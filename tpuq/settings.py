@@ -48,6 +48,11 @@ ENV: dict[str, str] = {
     "run_as": "TPUQ_RUN_AS",
     "run_as_min_uid": "TPUQ_RUN_AS_MIN_UID",
     "log_max_bytes": "TPUQ_LOG_MAX_BYTES",
+    "slice_name": "TPUQ_SLICE_NAME",
+    "slice_worker": "TPUQ_SLICE_WORKER",
+    "slice_type": "TPUQ_SLICE_TYPE",
+    "gang_start_s": "TPUQ_GANG_START_S",
+    "coordinator_port": "TPUQ_COORDINATOR_PORT",
 }
 CONFIG_ENV = "TPUQ_CONFIG"
 # settings that take one of a few words
@@ -97,6 +102,16 @@ class Settings:
     run_as_min_uid: int = 1000
     # one attempt's output kept on disk; what is over is dropped, and the log says so
     log_max_bytes: int = 1024**3
+    # a worker of a multi-host slice (pod): from the metadata server on GCP, or these
+    slice_name: str = ""  # the TPU node's name; empty = from metadata, else not a slice
+    slice_worker: int = -1  # this host's worker number; -1 = from metadata
+    slice_type: str = ""  # the slice's accelerator type (v4-32); empty = from metadata
+    # a slice job's workers must all be ready this long after its assignment, or it is
+    # requeued (not charged)
+    gang_start_s: float = 120.0
+    # JAX_COORDINATOR_PORT of slice jobs: 8476 is open in GCP's default TPU firewall;
+    # JAX >= 0.8.1's own default, 8482, is not (jax#35905)
+    coordinator_port: int = 8476
 
     # ---- derived -------------------------------------------------------------------
     @property
@@ -235,7 +250,7 @@ def check(s: Settings) -> str | None:
     """Why these settings cannot work together, in one line (naming the variables), or
     None when they can."""
     positive = ("heartbeat_s", "lease_s", "leader_lease_s", "host_stale_s", "poll_s",
-                "fair_share_half_life_h", "broker_visibility_s")
+                "fair_share_half_life_h", "broker_visibility_s", "gang_start_s")
     for name in positive:
         if getattr(s, name) <= 0:
             return f"{ENV[name]} must be positive, got {getattr(s, name):g}"

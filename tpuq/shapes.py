@@ -84,3 +84,14 @@ def host_chips(tpu_type: str) -> int | None:
     if family(tpu_type) in CHIP_FAMILIES and n in _SINGLE_HOST_CHIPS:
         return n
     return 4
+
+
+def slice_hosts(tpu_type: str) -> int:
+    """Hosts (workers) in a slice of a known type: 1 for a single-host type, e.g. 4 for
+    v4-32 (16 chips of 4 per host) or v5litepod-16; 0 for an unknown type."""
+    per_host = host_chips(tpu_type)
+    if per_host is None:
+        return 0
+    n = _size(tpu_type) or 0
+    chips = n // 2 if family(tpu_type) in CORE_FAMILIES else n
+    return max(1, chips // per_host)

@@ -99,6 +99,9 @@ class JobSpec:
             self.tpu_type = _text(self.tpu_type, "--tpu-type", MAX_TPU_TYPE)
             if not _TPU_TYPE.match(self.tpu_type):
                 raise SpecError(f"--tpu-type {_shown(self.tpu_type)}: e.g. v4-8, v5litepod-16")
+            if self.workers is not None and self.chips is not None:
+                raise SpecError(f"a {self.tpu_type} job runs on every chip of each of its "
+                                f"{self.workers} workers; --chips is for single-host types")
         if not isinstance(self.stop_signal, str):
             raise SpecError("--signal must be a signal name")
         self.stop_signal = signal_name(self.stop_signal)
@@ -117,6 +120,15 @@ class JobSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    @property
+    def workers(self) -> int | None:
+        """Workers of a multi-host slice type (v4-32: 4): a slice job runs one task on
+        each; None for a single-host job."""
+        from tpuq.shapes import slice_hosts
+
+        n = slice_hosts(self.tpu_type) if self.tpu_type else 0
+        return n if n > 1 else None
 
     @classmethod
     def from_dict(cls, data: Any) -> JobSpec:

@@ -234,6 +234,7 @@ def test_disabled_without_base_url() -> None:
     assert not watcher.enabled and notices.q.empty()
     assert read_topology(None) == {
         "accelerator_type": None, "agent_worker_number": None, "worker_network_endpoints": None,
+        "tpu_env": None,
     }
 
 

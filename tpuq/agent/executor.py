@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -24,10 +25,10 @@ from tpuq.agent.supervisor import AttemptSpec, Supervisor
 from tpuq.agent.workdirs import WorkDirs
 from tpuq.settings import Settings
 from tpuq.spec import SpecError, check_runnable
-from tpuq.state import attempts, hosts, queries
+from tpuq.state import attempts, gangs, hosts, queries
 from tpuq.state.attempts import Ending
 from tpuq.state.db import Database
-from tpuq.state.states import Outcome
+from tpuq.state.states import JobState, Outcome
 
 log = logging.getLogger("tpuq.agent")
 
@@ -49,6 +50,7 @@ class Executor:
         self._running: dict[tuple[int, int], Supervisor] = {}
         self.accepting = True
         self.end_hooks: list[Callable[[Supervisor], None]] = []  # e.g. final log shipping
+        self.gang_news: Callable[[], None] = lambda: None  # wakes the slice's other agents
         self._paths: dict[tuple[int, ...], set[str]] = {}
         self.devwatch = DeviceWatch(self._device_paths(tuple(self.chips)))
         with db.read() as s:
@@ -58,8 +60,8 @@ class Executor:
         self.keepers = KeeperServer(os.path.join(settings.home, "run", self.name))
 
     # ---- the HostContext the supervisors use (supervisor.HostContext) ------------------
-    def log_path(self, job_id: int, attempt: int) -> str:
-        return self.dirs.log_path(job_id, attempt)
+    def log_path(self, job_id: int, attempt: int, worker: int | None = None) -> str:
+        return self.dirs.log_path(job_id, attempt, worker)
 
     def checkpoint_dir(self, job_id: int) -> str:
         return self.dirs.checkpoint_dir(job_id)
@@ -82,14 +84,15 @@ class Executor:
         return lock_paths(self.settings.chip_lock_dir, chips)
 
     def attempt_env(self, spec: AttemptSpec, progress_path: str) -> dict[str, str]:
-        whole_host = len(spec.chips) == len(self.chips)
+        whole_host = spec.gang is not None or len(spec.chips) == len(self.chips)
         return jobenv.build_env(
             base=self.base_env, job_env=spec.env, job_id=spec.job_id, attempt=spec.attempt,
             host=self.name, checkpoint_dir=self.checkpoint_dir(spec.job_id),
             resumed=spec.resumed, chips=None if whole_host else list(spec.chips),
             host_chip_count=len(self.chips), port_base=self.settings.port_base,
             tcmalloc=spec.tcmalloc, tcmalloc_path=self.settings.tcmalloc_path,
-            stop_signal=spec.stop_signal, progress_file=progress_path,
+            stop_signal=spec.stop_signal, progress_file=progress_path, gang=spec.gang,
+            coordinator_port=self.settings.coordinator_port,
         )
 
     def attempt_done(self, sup: Supervisor) -> None:
@@ -151,12 +154,44 @@ class Executor:
         sup.start()
         return sup
 
+    def start_gang(self, job_id: int, attempt: int) -> Supervisor | None:
+        """Start this host's task of a slice job's attempt (agent/gang.py) if it is still
+        waiting for this worker; idempotent. None for a stale or duplicate doorbell."""
+        from tpuq.agent.gang import GangTask
+
+        with self.db.read() as s:
+            row = gangs.worker_of(s, job_id, attempt, self.name)
+        if row is None or row.gang_state != "assigned" or row.job_attempt != attempt \
+                or row.state != JobState.ASSIGNED.value:
+            return None
+        waited = max(0.0, float(row.now) - float(row.assigned_at))
+        spec = AttemptSpec(job_id=job_id, attempt=attempt, chips=tuple(sorted(self.chips)),
+                           command=tuple(row.command), cwd=row.cwd, env=dict(row.env),
+                           stop_signal=row.stop_signal, grace_s=row.grace_s,
+                           time_limit_s=row.time_limit_s, tcmalloc=row.tcmalloc,
+                           resumed=attempt > 1, owner=row.owner, lease_until=clock(),
+                           gang=(row.worker, row.workers, row.host))
+        task = GangTask(self, spec, time.monotonic() + self.settings.gang_start_s - waited)
+        with self._lock:
+            if (job_id, attempt) in self._running or not self.accepting:
+                return None
+            self._running[(job_id, attempt)] = task
+        task.start()
+        return task
+
+    def mark_busy(self, reason: str) -> None:
+        with self.db.write() as s:
+            self.held.set_busy(s, reason)
+
     def poll_assigned(self) -> None:
         """Recover lost doorbells: anything assigned here that nobody supervises."""
         with self.db.read() as s:
             waiting = attempts.assigned_to(s, self.name)
+            slice_tasks = gangs.assigned_to(s, self.name)
         for job_id, attempt in waiting:
             self.start_attempt(job_id, attempt)
+        for job_id, attempt in slice_tasks:
+            self.start_gang(job_id, attempt)
 
     # ---- the TPU must be ours before a job starts ---------------------------------------
     def _device_paths(self, chips: tuple[int, ...]) -> set[str]:

@@ -17,7 +17,7 @@ import uuid
 from typing import Any
 
 from tpuq import localclient
-from tpuq.agent import devices, identity, libtpu, pidlock, recovery
+from tpuq.agent import devices, identity, libtpu, pidlock, recovery, topology
 from tpuq.agent.errors import AgentError
 from tpuq.agent.executor import Executor
 from tpuq.agent.localapi import LocalApi
@@ -29,7 +29,7 @@ from tpuq.agent.signals import StopSignals
 from tpuq.agent.tickers import Ticker
 from tpuq.scheduler.loop import Scheduler
 from tpuq.settings import Settings
-from tpuq.state import attempts, hosts, jobs, outage
+from tpuq.state import attempts, gangs, hosts, jobs, outage
 from tpuq.state.attempts import Ending
 from tpuq.state.db import Database
 from tpuq.state.states import JobState, Outcome, StopRequest
@@ -76,8 +76,11 @@ class Agent:
                              "(set TPUQ_DEVICE_GLOB)")
         self.tpu_type = devices.detect_tpu_type(len(chips), settings.pci_dir,
                                                 settings.tpu_type or None)
-        if self.tpu_type is None and settings.metadata_url:
-            self.tpu_type = read_topology(settings.metadata_url).get("accelerator_type")
+        topo = read_topology(settings.metadata_url) if settings.metadata_url and (
+            self.tpu_type is None or not settings.slice_name) else None
+        if self.tpu_type is None and topo:
+            self.tpu_type = topo.get("accelerator_type")
+        self.seat = topology.seat_of(settings, topo)
         self.chips = chips
         cannot = identity.check_agent_can(
             settings.run_as, [settings.home, settings.logs_dir, settings.checkpoints_dir])
@@ -88,6 +91,7 @@ class Agent:
         self.lost_name = False  # another agent holds this host name now: stop, touch nothing
         self.executor = Executor(settings, db, self.held, boot_id=self.boot_id, chips=chips,
                                  tpu_type=self.tpu_type, on_change=self.wake_scheduler)
+        self.executor.gang_news = self.announce
         # leader lease holder = the host name, not host:pid: a restarted agent resumes its
         # own lease at once, and only one agent holds a host name (hosts.register)
         self.scheduler = Scheduler(db, settings, self.name, dispatch=self.dispatch,
@@ -117,7 +121,8 @@ class Agent:
         """
         if self.settings.embedded:
             if host == self.name:
-                self.executor.start_attempt(job_id, attempt)
+                self.executor.start_attempt(job_id, attempt) or \
+                    self.executor.start_gang(job_id, attempt)
             return
         from tpuq.queue import doorbell
 
@@ -147,6 +152,7 @@ class Agent:
     # ---- what the Celery tasks ask (tpuq.queue.tasks.Host) ----------------------------------
     def run_attempt(self, job_id: int, attempt: int) -> str:
         sup = (self.executor.start_attempt(job_id, attempt)
+               or self.executor.start_gang(job_id, attempt)
                or self.executor.supervisor(job_id, attempt))
         if sup is None:
             return "stale or duplicate doorbell"
@@ -187,7 +193,9 @@ class Agent:
                 took_over = hosts.register(
                     s, self.held, self.holder, tpu_type=self.tpu_type,
                     chips=[c.index for c in self.chips], boot_id=self.boot_id,
-                    agent_pid=os.getpid(), stale_s=self.settings.host_stale_s)
+                    agent_pid=os.getpid(), stale_s=self.settings.host_stale_s,
+                    seat=(self.seat.slice, self.seat.worker, self.seat.tpu_type)
+                    if self.seat else None)
         except hosts.NameTaken as e:
             raise AgentError(str(e)) from None
         if took_over:
@@ -213,9 +221,11 @@ class Agent:
             t.start()
         self.wake_scheduler()  # a host that just came up: the leader may have work for it
         self.watcher.start()
-        log.info("agent on %s: %d chips (%s), tpu type %s, boot %s, database %s", self.name,
+        log.info("agent on %s: %d chips (%s), tpu type %s, boot %s, database %s%s", self.name,
                  len(self.chips), ",".join(str(c.index) for c in self.chips),
-                 self.tpu_type or "unknown", self.boot_id[:8], self.db.safe_url)
+                 self.tpu_type or "unknown", self.boot_id[:8], self.db.safe_url,
+                 f", worker {self.seat.worker} of {self.seat.tpu_type} slice {self.seat.slice}"
+                 if self.seat else "")
 
     def _serve_socket(self) -> None:
         """The local socket: submits and wake-ups from this VM skip SQLAlchemy and Celery.
@@ -240,11 +250,15 @@ class Agent:
         def tick() -> None:
             for sup in self.executor.supervisors():
                 spec = sup.spec
+                if spec.worker:
+                    continue  # a slice job's stream is worker 0's (api/logs.py)
                 shipper.ship(spec.job_id, spec.attempt, log_path(spec.job_id, spec.attempt))
             shipper.ship_unfinished()
 
         def final(sup: Any) -> None:
             spec = sup.spec
+            if spec.worker:
+                return
             shipper.ship(spec.job_id, spec.attempt, log_path(spec.job_id, spec.attempt),
                          final=True)
 
@@ -310,6 +324,15 @@ class Agent:
                                     retry_backoff_s=self.settings.retry_backoff_s)
                 else:
                     jobs.request_stop(s, job.id, "agent", StopRequest.PREEMPT, why=why)
+            for job_id, attempt, worker, state in gangs.active_on_host(s, self.name):
+                # a notice on any worker's host stops the whole gang
+                why_w = f"{why} (worker {worker}, {self.name})"
+                if state == JobState.ASSIGNED.value:
+                    attempts.finish(s, job_id, attempt, None,
+                                    Ending(Outcome.PREEMPTED, f"{why_w} before start"),
+                                    retry_backoff_s=self.settings.retry_backoff_s)
+                else:
+                    jobs.request_stop(s, job_id, "agent", StopRequest.PREEMPT, why=why_w)
         for sup in self.executor.supervisors():
             sup.notify()
 

@@ -312,10 +312,11 @@ def read_topology(base_url: str | None, timeout_s: float = 2.0) -> dict[str, Any
     """Host topology from metadata attributes; None values when unknown or unreachable.
 
     Keys: ``accelerator_type`` (str, e.g. "v4-8"), ``agent_worker_number`` (int),
-    ``worker_network_endpoints`` (str, raw).
+    ``worker_network_endpoints`` (str, raw), ``tpu_env`` (str, raw: ``KEY: 'value'`` lines).
     """
     result: dict[str, Any] = {
         "accelerator_type": None, "agent_worker_number": None, "worker_network_endpoints": None,
+        "tpu_env": None,
     }
     if not base_url:
         return result

@@ -21,7 +21,7 @@ from typing import Any
 from tpuq.agent import holders, keepers, libtpu, outcome
 from tpuq.agent.executor import Executor
 from tpuq.agent.supervisor import AttemptSpec
-from tpuq.state import attempts, queries
+from tpuq.state import attempts, gangs, queries
 from tpuq.state.attempts import Ending
 from tpuq.state.states import Outcome
 
@@ -65,6 +65,7 @@ def recover(executor: Executor, boot_id: str) -> None:
                 attempts.finish(s, job.id, att.number, name,
                                 Ending(Outcome.PREEMPTED, "agent restarted"),
                                 retry_backoff_s=backoff)
+    _end_gang_tasks(executor)
     foreign = executor.clear_holders(tuple(executor.chips))
     if foreign:
         reason = "TPU held by " + "; ".join(holders.describe(p) for p in foreign)
@@ -73,6 +74,25 @@ def recover(executor: Executor, boot_id: str) -> None:
         log.warning("%s: no job starts until it exits", reason)
     elif not adopted:
         libtpu.clean_stale_lock(settings.libtpu_lockfile, holders_alive=False)
+
+
+def _end_gang_tasks(executor: Executor) -> None:
+    """Slice jobs' tasks this host ran are not adopted (their keepers were stopped above
+    as strays): the worker is recorded as lost, which stops and requeues the gang; on
+    worker 0, whose agent held the job's lease, the attempt ends now."""
+    db, backoff = executor.db, executor.settings.retry_backoff_s
+    with db.read() as s:
+        mine = gangs.active_on_host(s, executor.name)
+    for job_id, attempt, worker, _ in mine:
+        why = f"worker {worker} ({executor.name}): its agent restarted"
+        with db.write() as s:
+            gangs.ended(s, job_id, attempt, worker, Ending(Outcome.LOST, why, untouched=True))
+            if worker == 0:
+                attempts.finish(s, job_id, attempt, None, Ending(Outcome.LOST, why),
+                                retry_backoff_s=backoff)
+            else:
+                gangs.request_stop(s, job_id, attempt, f"{why}: stopping the gang")
+        log.warning("job %s attempt %s: %s", job_id, attempt, why)
 
 
 def _spec(job: Any, att: Any, now: float) -> AttemptSpec:

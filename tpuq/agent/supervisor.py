@@ -54,6 +54,11 @@ class AttemptSpec:
     owner: str = ""
     lease_until: float = 0.0  # keeper.clock(): measured before the lease was taken
     elapsed_s: float = 0.0  # how long it has run already (adopted from an earlier agent)
+    gang: tuple[int, int, str] | None = None  # a slice job's task: (worker, workers, slice)
+
+    @property
+    def worker(self) -> int | None:
+        return None if self.gang is None else self.gang[0]
 
 
 class HostContext(Protocol):
@@ -69,7 +74,7 @@ class HostContext(Protocol):
         """The database's random id (workdirs.py)."""
         ...
 
-    def log_path(self, job_id: int, attempt: int) -> str: ...
+    def log_path(self, job_id: int, attempt: int, worker: int | None = None) -> str: ...
 
     def checkpoint_dir(self, job_id: int) -> str: ...
 
@@ -124,6 +129,10 @@ class Supervisor(threading.Thread):
         self.notify()
 
     @property
+    def log_path(self) -> str:
+        return self.ctx.log_path(self.spec.job_id, self.spec.attempt, self.spec.worker)
+
+    @property
     def handed_over(self) -> bool:
         return self._detach and self.ending is None
 
@@ -160,14 +169,14 @@ class Supervisor(threading.Thread):
             ended = self._wait()
         if ended is None:  # handed over, or fenced out in the database
             return
-        self._finish(outcome.ending_of(ended, self.ctx.log_path(spec.job_id, spec.attempt),
+        self._finish(outcome.ending_of(ended, self.log_path,
                                        self.ctx.tpu_busy))
         self.link.send(op="collected")
 
     def _launch(self) -> Launch:
         spec, ctx = self.spec, self.ctx
         ctx.prepare_dirs(spec.job_id, spec.attempt)
-        log_path = ctx.log_path(spec.job_id, spec.attempt)
+        log_path = self.log_path
         env = ctx.attempt_env(spec, outcome.progress_path(log_path))
         argv, cwd = list(spec.command), spec.cwd
         owner: dict[str, Any] = {}
@@ -190,7 +199,7 @@ class Supervisor(threading.Thread):
         """What the job writes besides its output becomes its owner's: the checkpoint
         directory (kept across attempts) and the progress file tpuq.job appends to."""
         acct.give(self.ctx.checkpoint_dir(self.spec.job_id))
-        progress = outcome.progress_path(self.ctx.log_path(self.spec.job_id, self.spec.attempt))
+        progress = outcome.progress_path(self.log_path)
         with open(progress, "ab"):
             pass
         acct.give(progress)
@@ -280,7 +289,7 @@ class Supervisor(threading.Thread):
     def _keeper_lost(self) -> dict[str, Any]:
         """The keeper died (killed, OOM): its exit file, if it wrote one; else the job's
         fate is unknown, so it is killed (verified by pid and start time) and requeued."""
-        log_path = self.ctx.log_path(self.spec.job_id, self.spec.attempt)
+        log_path = self.log_path
         written = outcome.read_exit(log_path)
         if written is not None:
             return written
@@ -299,7 +308,7 @@ class Supervisor(threading.Thread):
         """The lease renewed, or None while the database is unavailable."""
         spec = self.spec
         progress = outcome.last_progress(
-            outcome.progress_path(self.ctx.log_path(spec.job_id, spec.attempt)))
+            outcome.progress_path(self.log_path))
         try:
             with self.ctx.db.write() as s:
                 lease = attempts.renew(s, spec.job_id, spec.attempt, self.ctx.name,
@@ -335,7 +344,7 @@ class Supervisor(threading.Thread):
     def _finish(self, end: Ending) -> None:
         spec = self.spec
         progress = outcome.last_progress(
-            outcome.progress_path(self.ctx.log_path(spec.job_id, spec.attempt)))
+            outcome.progress_path(self.log_path))
         # the outcome must reach the database, however long it is away
         self._write(lambda: outcome.record(self.ctx.db, spec.job_id, spec.attempt,
                                            self.ctx.name, end, progress=progress,

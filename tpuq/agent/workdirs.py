@@ -28,7 +28,11 @@ class WorkDirs:
         self.checkpoints = os.path.join(checkpoints, instance[:12] or "unknown")
         self._legacy = checkpoints
 
-    def log_path(self, job_id: int, attempt: int) -> str:
+    def log_path(self, job_id: int, attempt: int, worker: int | None = None) -> str:
+        """A slice job's workers other than 0 each have their own (hosts may share a
+        state directory, e.g. over NFS); worker 0's is the job's log."""
+        if worker:
+            return os.path.join(self.logs, f"{job_id}.{attempt}.w{worker}.log")
         return os.path.join(self.logs, f"{job_id}.{attempt}.log")
 
     def checkpoint_dir(self, job_id: int) -> str:

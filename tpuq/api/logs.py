@@ -43,7 +43,11 @@ def read(settings: Settings, db: Database, here: str, req: ReadLog, caller: Call
             raise not_found(f"job {req.id} has no attempt {req.attempt}: {have}")
         atts = [a for a in atts if a.number == req.attempt]
     reader = _Reader(settings, here, req, now)
-    for a in atts:
+    shown = atts
+    if req.worker not in (None, 0):  # a slice job's other workers
+        with db.read() as s:
+            shown = _workers_of(s, req, atts)
+    for a in shown:
         if not reader.attempt(a):
             break
     done = queries.is_terminal(row.state) and reader.all_read
@@ -52,6 +56,23 @@ def read(settings: Settings, db: Database, here: str, req: ReadLog, caller: Call
     return LogChunk(state=row.state, attempts=numbers, pieces=reader.pieces,
                     notes=reader.notes, positions=reader.positions, ended=done,
                     reason=row.reason or "", outcomes=outcomes)
+
+
+def _workers_of(s: Any, req: ReadLog, atts: Any) -> list[Any]:
+    """A slice job's attempts as one log per worker (the `worker` asked, or all of them)."""
+    from types import SimpleNamespace
+
+    from tpuq.state import gangs
+
+    out = []
+    for a in atts:
+        for w, (host, path) in sorted(gangs.log_paths(s, req.id, a.number).items()):
+            if req.worker in (-1, w):
+                out.append(SimpleNamespace(number=a.number, host=host, log_path=path,
+                                           ended_at=a.ended_at, worker=w))
+    if not out and atts:
+        raise not_found(f"job {req.id} has no worker {req.worker}")
+    return out
 
 
 class _Reader:
@@ -68,11 +89,15 @@ class _Reader:
 
     def attempt(self, a: Any) -> bool:
         """Read what is new of attempt `a`; False once the reply is full."""
-        key = str(a.number)
+        worker = getattr(a, "worker", None)
+        key = str(a.number) if worker is None else f"{a.number}.w{worker}"
         pos = self.positions.get(key, "")
         if pos == "end":
             return True
-        if self.settings.embedded or a.host == self.here or not self.settings.broker_url:
+        # a slice job's workers other than 0 are read from their files (the stream is
+        # worker 0's): on one machine, or a state directory the workers share
+        if self.settings.embedded or a.host == self.here or not self.settings.broker_url \
+                or worker is not None:
             complete = self._file(a, key, pos)
         else:
             complete = self._stream(a, key, pos)
@@ -86,8 +111,11 @@ class _Reader:
         return a.ended_at is not None and self.now - a.ended_at > SETTLE_S
 
     def _add(self, a: Any, data: bytes, source: str) -> None:
-        self.pieces.append({"attempt": a.number, "host": a.host, "source": source,
-                            "data": base64.b64encode(data).decode()})
+        piece = {"attempt": a.number, "host": a.host, "source": source,
+                 "data": base64.b64encode(data).decode()}
+        if getattr(a, "worker", None) is not None:
+            piece["worker"] = a.worker
+        self.pieces.append(piece)
         self.budget -= len(data)
 
     def _file(self, a: Any, key: str, pos: str) -> bool:

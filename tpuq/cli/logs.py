@@ -27,7 +27,11 @@ FOLLOW_POLL_S = 0.25  # asking again for new output: the file or stream is the t
 @click.option("--attempt", type=int, help="Only this attempt (default: all, newest last).")
 @click.option("--tail", "tail", type=click.IntRange(min=0), metavar="N",
               help="Only the last N lines (then, with -f, what follows).")
-def logs(job_id: int, follow: bool, attempt: int | None, tail: int | None) -> None:
+@click.option("--worker", "worker", metavar="N|all",
+              help="A slice job's worker N (default 0), or every worker's lines prefixed "
+                   "[wN].")
+def logs(job_id: int, follow: bool, attempt: int | None, tail: int | None,
+         worker: str | None) -> None:
     """Print a job's output (stdout and stderr together); a job run more than once has
     each attempt under a header line. With -f, follow it live, across requeues, until
     the job ends, and exit with its outcome as `tpuq wait` does (0 succeeded, 10 failed,
@@ -38,10 +42,12 @@ def logs(job_id: int, follow: bool, attempt: int | None, tail: int | None) -> No
     """
     from tpuq.protocol import LogChunk, ReadLog
 
-    out = _Printer(tail)
+    which = _worker(worker)
+    out = _Printer(tail, prefixed=which == -1)
     positions: dict[str, str] = {}
     while True:
-        chunk = context.ask(ReadLog(id=job_id, attempt=attempt, positions=positions), LogChunk)
+        chunk = context.ask(ReadLog(id=job_id, attempt=attempt, positions=positions,
+                                    worker=which), LogChunk)
         positions = chunk.positions
         for piece in chunk.pieces:
             out.piece(piece, len(chunk.attempts) > 1)
@@ -49,11 +55,22 @@ def logs(job_id: int, follow: bool, attempt: int | None, tail: int | None) -> No
             click.echo(f"tpuq: {note}", err=True)
         if chunk.pieces:
             continue  # more may be waiting: ask again at once
+        out.flush_lines()
         out.flush_tail()
         if not follow or chunk.ended:
             break
         time.sleep(FOLLOW_POLL_S)
     _after(job_id, chunk, out.printed, follow)
+
+
+def _worker(text: str | None) -> int | None:
+    if text is None:
+        return None
+    if text == "all":
+        return -1
+    if text.isdigit():
+        return int(text)
+    raise click.BadParameter(f"{text!r}: a worker number or 'all'", param_hint="'--worker'")
 
 
 def _after(job_id: int, chunk: Any, printed: set[int], follow: bool) -> None:
@@ -80,10 +97,12 @@ class _Printer:
     """Writes pieces with an attempt header before each attempt's first; with a tail,
     holds back all but the last N lines until the output so far is read."""
 
-    def __init__(self, tail: int | None) -> None:
+    def __init__(self, tail: int | None, prefixed: bool = False) -> None:
         self.tail: deque[bytes] | None = deque(maxlen=tail) if tail is not None else None
         self.printed: set[int] = set()
         self.partial = b""
+        self.prefixed = prefixed  # every worker's lines, each marked [wN]
+        self.lines: dict[int, bytes] = {}  # worker -> its unfinished line
 
     def piece(self, piece: dict[str, Any], header: bool) -> None:
         number = piece["attempt"]
@@ -95,7 +114,18 @@ class _Printer:
         if header and number not in self.printed:
             self._write(f"==> attempt {number}{where} <==\n".encode())
         self.printed.add(number)
+        if self.prefixed and "worker" in piece:
+            w = int(piece["worker"])
+            *done, self.lines[w] = (self.lines.get(w, b"") + data).split(b"\n")
+            data = b"".join(f"[w{w}] ".encode() + line + b"\n" for line in done)
         self._write(data)
+
+    def flush_lines(self) -> None:
+        """The workers' unfinished last lines, once what there is has been read."""
+        for w, rest in sorted(self.lines.items()):
+            if rest:
+                self._write(f"[w{w}] ".encode() + rest + b"\n")
+        self.lines = {}
 
     def _write(self, data: bytes) -> None:
         if self.tail is None:

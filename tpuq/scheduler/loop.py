@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from tpuq.scheduler import policy
 from tpuq.settings import Settings
-from tpuq.state import attempts, deps, leader, snapshot, usage
+from tpuq.state import attempts, deps, gangs, leader, snapshot, usage
 from tpuq.state.db import Database
 
 log = logging.getLogger("tpuq.scheduler")
@@ -44,12 +44,16 @@ def views(snap: snapshot.Snapshot) -> tuple[list[policy.JobView], list[policy.Ho
                            not_before=r.not_before, depends_on=snap.unmet.get(r.id, ()),
                            est_hours=(r.time_limit_s or 0.0) / 3600.0,
                            time_limit_s=r.time_limit_s, array_id=r.array_id,
-                           array_throttle=r.array_throttle) for r in snap.queued]
+                           array_throttle=r.array_throttle, workers=r.workers)
+            for r in snap.queued]
     hosts = [policy.HostView(name=name, tpu_type=tpu_type, chips=chips,
                              free=frozenset(chips) - snap.used.get(name, set()),
                              schedulable=why is None, out_of_service=why or "",
-                             free_at=snap.ends.get(name, {}))
-             for name, tpu_type, chips, why in snap.hosts]
+                             free_at=snap.ends.get(name, {}),
+                             slice=member[0] if member else None,
+                             worker=member[1] if member else 0,
+                             slice_type=member[2] if member else None)
+             for name, tpu_type, chips, why, member in snap.hosts]
     names = set(snap.team_running) | set(snap.teams) | set(snap.usage)
     return jobs, hosts, {t: team_view(snap, t) for t in names}
 
@@ -113,6 +117,11 @@ class Scheduler:
                 self._usage, self._usage_at = snap.usage, time.monotonic()
             attempt_of = {r.id: r.attempt for r in snap.queued}
             for a in plan.assignments:
+                if a.workers:  # a slice job: every worker is told
+                    n = gangs.assign(s, a.job_id, attempt_of[a.job_id], a.host, a.workers,
+                                     self.settings.lease_s)
+                    started += [(host, a.job_id, n) for host, _ in a.workers] if n else []
+                    continue
                 n = attempts.assign(s, a.job_id, attempt_of[a.job_id], a.host, a.chips,
                                     self.settings.lease_s)
                 if n is not None:

@@ -32,7 +32,9 @@ from types import MappingProxyType
 from tpuq.scheduler.fairshare import group_by_team, sort_within_team, teams_in_order
 from tpuq.scheduler.hostpool import INF, WHOLE, Host, Pool, need_key
 from tpuq.scheduler.quota import TeamState, clock
+from tpuq.scheduler.slicepool import SlicePool
 from tpuq.scheduler.views import Assignment, HostView, JobView, Plan, TeamView
+from tpuq.shapes import host_chips
 
 __all__ = ["Assignment", "HostView", "JobView", "Plan", "TeamView", "plan"]
 
@@ -70,7 +72,8 @@ class _Planner:
         reserve_after_s: float,
         max_reservations: int,
     ) -> None:
-        self.pool = Pool(hosts)
+        self.pool = Pool(h for h in hosts if h.slice is None)
+        self.slices = SlicePool(hosts)
         self.teams = teams
         self.now = now
         self.succeeded = succeeded
@@ -93,7 +96,7 @@ class _Planner:
     def run(self, jobs: Sequence[JobView]) -> None:
         groups = group_by_team(jobs)
         for name in teams_in_order(groups, self.teams):
-            if not self.pool.fit and not self.pool.backfillable:
+            if not self.pool.fit and not self.pool.backfillable and not self.slices.free:
                 return  # no free chip anywhere: the rest only needs reasons (lazy)
             ts = self.state(name)
             if ts.full():
@@ -113,6 +116,10 @@ class _Planner:
             if job.array_throttle is not None and job.array_id is not None and \
                     self.array_running.get(job.array_id, 0) >= job.array_throttle:
                 continue
+            if job.workers is not None:
+                if self._try_slice(job, ts) and ts.full():
+                    return
+                continue
             need = need_key(job.chips)
             if (job.tpu_type, need) not in offered:
                 continue
@@ -123,7 +130,7 @@ class _Planner:
                     return
             elif self._try_place(job, ts, need) and ts.full():
                 return
-            if not pool.fit and not pool.backfillable:
+            if not pool.fit and not pool.backfillable and not self.slices.free:
                 return
 
     def _try_place(self, job: JobView, ts: TeamState, need: int) -> bool:
@@ -147,6 +154,19 @@ class _Planner:
         self.assigned.add(job.id)
         if job.array_id is not None:
             self.array_running[job.array_id] = self.array_running.get(job.array_id, 0) + 1
+        return True
+
+    def _try_slice(self, job: JobView, ts: TeamState) -> bool:
+        """Every worker of one free slice of the job's type, or nothing."""
+        user, est, kind = job.user, job.est_hours, job.tpu_type
+        sl = self.slices.find(kind, lambda chips: ts.check(user, chips, kind, est) is None)
+        if sl is None:
+            return False
+        workers = self.slices.take(sl)
+        total = sum(len(chips) for _, chips in workers)
+        ts.add(user, total, kind, est)
+        self.assignments.append(Assignment(job.id, sl.name, tuple(range(total)), workers))
+        self.assigned.add(job.id)
         return True
 
     def _try_backfill(self, job: JobView, ts: TeamState, need: int) -> bool:
@@ -177,7 +197,7 @@ class _Planner:
     def explain(self, job: JobView) -> str:
         """Why `job` is not assigned, judged on the state after the pass."""
         need = need_key(job.chips)
-        if (job.tpu_type, need) not in self.pool.offered:
+        if job.workers is None and (job.tpu_type, need) not in self.pool.offered:
             return f"no host offers {_shape_words(job.chips, job.tpu_type)}"
         if job.not_before is not None and job.not_before > self.now:
             return f"retry backoff until {clock(job.not_before, '%H:%M:%S')}"
@@ -188,6 +208,8 @@ class _Planner:
         if job.array_throttle is not None and job.array_id is not None and \
                 self.array_running.get(job.array_id, 0) >= job.array_throttle:
             return f"array {job.array_id} at its limit of {job.array_throttle} running"
+        if job.workers is not None:
+            return self._slice_words(job)
         host = self.reserved_for.get(job.id)
         if host is not None:
             return f"{host} reserved for it, {self._start_words(self.starts[job.id])}"
@@ -209,6 +231,11 @@ class _Planner:
         size = pool.min_whole[job.tpu_type] if need == WHOLE else need
         reason = ts.check(job.user, size, job.tpu_type, job.est_hours)
         return reason or self._reserved_words(job, ts, need) or self._capacity_words(job, need)
+
+    def _slice_words(self, job: JobView) -> str:
+        chips = (job.workers or 0) * (host_chips(job.tpu_type or "") or 0)
+        reason = self.state(job.team).check(job.user, chips, job.tpu_type, job.est_hours)
+        return reason or self.slices.why_not(job.tpu_type)
 
     def _quota_on(self, job: JobView, ts: TeamState, t: str | None, need: int) -> str | None:
         buckets = self.pool.fit[(t, need)]

@@ -29,6 +29,10 @@ class HostView:
     # busy chip -> when its job's time limit ends (epoch s); a busy chip not listed frees
     # at an unknown time (its job has no time limit)
     free_at: Mapping[int, float] = field(default_factory=lambda: _NO_TIMES)
+    # a worker of a multi-host slice: it takes only slice jobs, with its whole slice
+    slice: str | None = None
+    worker: int = 0
+    slice_type: str | None = None  # the slice's accelerator type, e.g. "v4-32"
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,7 @@ class JobView:
     time_limit_s: float | None = None  # backfill: may run on reserved chips if it ends first
     array_id: int | None = None  # a task of this array...
     array_throttle: int | None = None  # ...of which at most this many run at once
+    workers: int | None = None  # a slice job: every worker of one slice of `tpu_type`
 
 
 @dataclass(frozen=True)
@@ -68,8 +73,10 @@ class TeamView:
 @dataclass(frozen=True)
 class Assignment:
     job_id: int
-    host: str
+    host: str  # a slice job's: the slice's name
     chips: tuple[int, ...]
+    # a slice job's workers in worker order: (host, its chips)
+    workers: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
 
 @dataclass(frozen=True)

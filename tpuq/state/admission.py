@@ -28,6 +28,8 @@ def admit(s: Session, spec: JobSpec, *, admin: bool, open_team: str) -> list[str
         if error is not None:
             raise SpecError(error)
     _check_team(s, spec, admin=admin, open_team=open_team)
+    if spec.workers is not None:
+        return _admit_slice_job(s, spec)
     sizes = _host_sizes(s, spec.tpu_type)
     warnings = []
     if not sizes:
@@ -44,11 +46,25 @@ def admit(s: Session, spec: JobSpec, *, admin: bool, open_team: str) -> list[str
 
 def check_shape(s: Session, spec: JobSpec) -> None:
     """The chip rule alone (a resubmit keeps its team; its shape is checked again)."""
-    _check_chips(spec, _host_sizes(s, spec.tpu_type))
+    if spec.workers is None:
+        _check_chips(spec, _host_sizes(s, spec.tpu_type))
+
+
+def _admit_slice_job(s: Session, spec: JobSpec) -> list[str]:
+    """A slice job needs every chip of every worker of one slice of its type."""
+    assert spec.tpu_type is not None and spec.workers is not None
+    per_host = host_chips(spec.tpu_type) or 0
+    _check_caps(s, spec, [], need=spec.workers * per_host)
+    known = s.execute(select(Host.slice_name).where(Host.slice_type == spec.tpu_type)
+                      .limit(1)).first()
+    if known is None:
+        return [f"warning: no {spec.tpu_type} slice has registered yet (its {spec.workers} "
+                "workers' agents register it); the job waits for one"]
+    return []
 
 
 def _host_sizes(s: Session, tpu_type: str | None) -> list[int]:
-    q = select(Host.chips)
+    q = select(Host.chips).where(Host.slice_name.is_(None))  # slice workers: slice jobs only
     if tpu_type:
         q = q.where(Host.tpu_type == tpu_type)
     return sorted({len(c) for c in s.scalars(q) if c})
@@ -82,14 +98,16 @@ def _check_team(s: Session, spec: JobSpec, *, admin: bool, open_team: str) -> No
                     f"with `tpuq quota add-member {spec.team} {spec.owner}`")
 
 
-def _check_caps(s: Session, spec: JobSpec, sizes: list[int]) -> None:
+def _check_caps(s: Session, spec: JobSpec, sizes: list[int], need: int | None = None) -> None:
     """A job needing more chips at once than a cap of its team allows would never start.
-    A whole-host job needs the chips of the smallest host it could run on."""
+    A whole-host job needs the chips of the smallest host it could run on; a slice job
+    (`need` given) every chip of its slice."""
     team = s.get(Team, spec.team)
     if team is None:
         return
-    need = spec.chips if spec.chips is not None else (
-        sizes[0] if sizes else (host_chips(spec.tpu_type) if spec.tpu_type else None))
+    if need is None:
+        need = spec.chips if spec.chips is not None else (
+            sizes[0] if sizes else (host_chips(spec.tpu_type) if spec.tpu_type else None))
     if need is None:
         return
     caps: list[tuple[int | None, str]] = [
@@ -102,5 +120,6 @@ def _check_caps(s: Session, spec: JobSpec, sizes: list[int]) -> None:
                 caps.append((by_type, f"team {team.name} may use {by_type} {key} chips at once"))
     for cap, said in caps:
         if cap is not None and need > cap:
-            whole = "" if spec.chips is not None else " (a whole host)"
+            whole = "" if spec.chips is not None else \
+                f" (a whole {spec.tpu_type} slice)" if spec.workers else " (a whole host)"
             raise SpecError(f"{said}; this job needs {need}{whole}")

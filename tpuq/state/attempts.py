@@ -38,7 +38,7 @@ ALLOCATIONS = cast(Table, Allocation.__table__)
 
 
 def assign(s: Session, job_id: int, attempt_now: int, host: str, chips: Sequence[int],
-           lease_s: float) -> int | None:
+           lease_s: float, reason: str | None = None) -> int | None:
     """queued -> assigned with attempt+1, chip rows and a lease, in the caller's transaction.
 
     Returns the new attempt number, or None when the job changed meanwhile. A chip that is
@@ -50,7 +50,7 @@ def assign(s: Session, job_id: int, attempt_now: int, host: str, chips: Sequence
         riders.append(_book_chips(job_id, new, host, chips))
     row = transition_returning(
         s, job_id, Q, A, attempt=attempt_now, actor="scheduler",
-        reason=f"assigned to {host} chips {','.join(map(str, chips))}",
+        reason=reason or f"assigned to {host} chips {','.join(map(str, chips))}",
         values={"attempt": new, "host": host, "stop_request": None,
                 "lease_expires_at": from_now(lease_s)},
         riders=riders)

@@ -99,7 +99,8 @@ def _alive(row: Host, now: float, stale_s: float) -> bool:
 
 
 def register(s: Session, held: Held, holder: Holder, *, tpu_type: str | None,
-             chips: Sequence[int], boot_id: str, agent_pid: int, stale_s: float) -> str | None:
+             chips: Sequence[int], boot_id: str, agent_pid: int, stale_s: float,
+             seat: tuple[str, int, str] | None = None) -> str | None:
     """Take the host name for `held.instance` at agent start and describe the host.
 
     Raises NameTaken when a live agent on another machine or in another state directory
@@ -110,7 +111,10 @@ def register(s: Session, held: Held, holder: Holder, *, tpu_type: str | None,
               "boot_id": boot_id, "agent_pid": agent_pid, "started_at": db_now(),
               "heartbeat_at": db_now(), "busy_reason": None, "stopped_at": None,
               "machine_id": holder.machine_id, "home": holder.home,
-              "agent_instance": held.instance}
+              "agent_instance": held.instance,
+              # (slice, worker, slice type) of a multi-host slice's worker
+              "slice_name": seat[0] if seat else None, "slice_worker": seat[1] if seat else None,
+              "slice_type": seat[2] if seat else None}
     mod = postgresql if s.get_bind().dialect.name == "postgresql" else sqlite
     inserted = s.execute(mod.insert(Host).values(**values, draining=False)
                          .on_conflict_do_nothing(index_elements=["name"])

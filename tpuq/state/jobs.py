@@ -43,6 +43,7 @@ def submit(s: Session, spec: JobSpec, actor: str | None = None, held: bool = Fal
         insert(Job)
         .values(
             **values,
+            workers=spec.workers,
             state=state.value,
             failures=0,
             preemptions=0,
@@ -72,7 +73,7 @@ def submit_array(s: Session, specs: Sequence[JobSpec], indices: Sequence[int],
     admission.check_shape(s, specs[0])  # every task has the same shape
     state = H if held else Q
     now = float(s.execute(select(db_now())).scalar_one())  # one value for every row
-    rows = [{**spec.to_dict(), "state": state.value, "failures": 0, "preemptions": 0,
+    rows = [{**spec.to_dict(), "workers": spec.workers, "state": state.value, "failures": 0, "preemptions": 0,
              "attempt": 0, "submitted_at": now, "updated_at": now, "array_index": i,
              "array_throttle": throttle} for spec, i in zip(specs, indices, strict=True)]
     ids = [int(i) for i in s.scalars(insert(Job).returning(Job.id, sort_by_parameter_order=True),

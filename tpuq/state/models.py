@@ -60,6 +60,9 @@ class Job(Base):
     array_id: Mapped[int | None] = mapped_column(Integer, index=True)  # its first task's id
     array_index: Mapped[int | None] = mapped_column(Integer)  # TPUQ_ARRAY_INDEX
     array_throttle: Mapped[int | None] = mapped_column(Integer)  # tasks running at once
+    # a slice job: one task on each of this many workers of one slice (None: one host);
+    # its `host` is then the slice's name (tpuq/state/gangs.py)
+    workers: Mapped[int | None] = mapped_column(Integer)
     submitted_at: Mapped[float] = mapped_column(Double)
     updated_at: Mapped[float] = mapped_column(Double)
     ended_at: Mapped[float | None] = mapped_column(Double)
@@ -141,6 +144,10 @@ class Host(Base):
     machine_id: Mapped[str | None] = mapped_column(String(64))
     home: Mapped[str | None] = mapped_column(Text)
     agent_instance: Mapped[str | None] = mapped_column(String(32))
+    # a worker of a multi-host slice: the TPU node's name, its worker number, its type
+    slice_name: Mapped[str | None] = mapped_column(String(128))
+    slice_worker: Mapped[int | None] = mapped_column(Integer)
+    slice_type: Mapped[str | None] = mapped_column(String(32))
 
 
 class Allocation(Base):
@@ -152,6 +159,32 @@ class Allocation(Base):
     chip: Mapped[int] = mapped_column(Integer, primary_key=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), index=True)
     attempt: Mapped[int] = mapped_column(Integer)
+
+
+class GangWorker(Base):
+    """One worker of a slice job's attempt: its host, where it is in the gang's start
+    barrier (assigned -> ready -> running -> ended), its own lease and how it ended."""
+
+    __tablename__ = "gang_workers"
+    __table_args__ = (CheckConstraint("state IN ('assigned', 'ready', 'running', 'ended')",
+                                      name="gang_workers_state"),)
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    worker: Mapped[int] = mapped_column(Integer, primary_key=True)
+    host: Mapped[str] = mapped_column(String(128), index=True)
+    state: Mapped[str] = mapped_column(String(16))
+    lease_expires_at: Mapped[float | None] = mapped_column(Double)
+    pid: Mapped[int | None] = mapped_column(Integer)
+    proc_start: Mapped[int | None] = mapped_column(BigInteger)
+    started_at: Mapped[float | None] = mapped_column(Double)
+    ended_at: Mapped[float | None] = mapped_column(Double)
+    outcome: Mapped[str | None] = mapped_column(String(16))
+    untouched: Mapped[bool | None] = mapped_column(Boolean)  # ended before any stop signal
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    exit_signal: Mapped[int | None] = mapped_column(Integer)
+    reason: Mapped[str | None] = mapped_column(Text)
+    log_path: Mapped[str | None] = mapped_column(Text)
 
 
 class Leader(Base):

@@ -26,9 +26,10 @@ from tpuq.state.states import ACTIVE, JobState
 class Snapshot:
     now: float
     queued: list[Row[Any]] = field(default_factory=list)  # rows of QUEUED_COLUMNS
-    # (name, tpu_type, chips, why it takes no work or None)
-    hosts: list[tuple[str, str | None, tuple[int, ...], str | None]] = \
-        field(default_factory=list)
+    # (name, tpu_type, chips, why it takes no work or None, (slice, worker, slice type)
+    # for a worker of a multi-host slice or None)
+    hosts: list[tuple[str, str | None, tuple[int, ...], str | None,
+                      tuple[str, int, str | None] | None]] = field(default_factory=list)
     used: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
     # team -> (chips running, {tpu_type: chips}, {user: chips})
     team_running: dict[str, tuple[int, dict[str, int], dict[str, int]]] = \
@@ -48,9 +49,10 @@ ATTEMPTS = cast(Table, Attempt.__table__)
 TEAMS = cast(Table, Team.__table__)
 QUEUED_COLUMNS = tuple(JOBS.c[n] for n in (
     "id", "team", "owner", "priority", "submitted_at", "chips", "tpu_type", "not_before",
-    "attempt", "time_limit_s", "array_id", "array_throttle"))
+    "attempt", "time_limit_s", "array_id", "array_throttle", "workers"))
 HOST_COLUMNS = tuple(cast(Table, Host.__table__).c[n] for n in (
-    "name", "tpu_type", "chips", "heartbeat_at", "draining", "busy_reason", "stopped_at"))
+    "name", "tpu_type", "chips", "heartbeat_at", "draining", "busy_reason", "stopped_at",
+    "slice_name", "slice_worker", "slice_type"))
 
 
 def read(s: Session, host_stale_s: float, half_life_h: float,
@@ -68,7 +70,9 @@ def read(s: Session, host_stale_s: float, half_life_h: float,
                                  .where(JOBS.c.state == JobState.QUEUED.value)).all())
     for h in host_rows:
         why = hosts.out_of_service(h, now, host_stale_s)
-        snap.hosts.append((h.name, h.tpu_type, tuple(h.chips), why))
+        member = None if h.slice_name is None else \
+            (h.slice_name, h.slice_worker or 0, h.slice_type)
+        snap.hosts.append((h.name, h.tpu_type, tuple(h.chips), why, member))
         if h.booked:
             snap.used[h.name].update(h.booked)
     if snap.queued:

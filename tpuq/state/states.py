@@ -84,6 +84,9 @@ class StopRequest(str, Enum):
     CANCEL = "cancel"
     PREEMPT = "preempt"
     TIMEOUT = "timeout"
+    # one worker of a slice job ended or was lost: the others stop; how the attempt
+    # counts is decided from the workers' ends (state/gangs.py), not from this request
+    GANG = "gang"
 
     def __str__(self) -> str:
         return self.value

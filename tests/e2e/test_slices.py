@@ -1,0 +1,142 @@
+"""Slice jobs: one job on every worker of a multi-host slice, started and stopped as one.
+
+Four agents with distinct host names on fake devices form a fake v4-32 slice (4 workers
+of 4 chips), each told its seat by settings, as the metadata server tells it on GCP.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+from tests.harness import FakeHost, Stack, fixture_cmd, wait_for
+from tpuq.state.models import GangWorker
+
+SLICE, TYPE, N = "pod-a", "v4-32", 4
+
+
+def start_slice(stack: Stack, tmp_path: Path, workers: range = range(N), **env: str
+                ) -> list[FakeHost]:
+    hosts = [FakeHost(tmp_path / f"w{i}", name=f"{SLICE}-w{i}", chips=4) for i in range(N)]
+    for i in workers:
+        start_worker(stack, hosts[i], i, tmp_path, **env)
+    return hosts
+
+
+def start_worker(stack: Stack, host: FakeHost, i: int, tmp_path: Path, **env: str) -> None:
+    seat = {"TPUQ_SLICE_NAME": SLICE, "TPUQ_SLICE_WORKER": str(i), "TPUQ_SLICE_TYPE": TYPE}
+    if i:  # one state directory, one socket per agent: the CLI talks to worker 0's
+        seat["TPUQ_AGENT_SOCKET"] = str(tmp_path / f"w{i}.sock")
+    stack.start_agent(host, **seat, **env)
+
+
+def started(out: Path, attempt: int = 1) -> dict[int, dict[str, str]]:
+    return {int(p.name.rsplit(".", 1)[1]): json.loads(p.read_text())
+            for p in out.glob(f"start.{attempt}.*")}
+
+
+def workers(stack: Stack, job_id: int) -> list[GangWorker]:
+    with stack.db.read() as s:
+        return list(s.query(GangWorker).filter_by(job_id=job_id)
+                    .order_by(GangWorker.attempt, GangWorker.worker))
+
+
+def test_a_slice_job_runs_one_task_on_every_worker_at_once(stack, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    start_slice(stack, tmp_path)
+    job = stack.submit("--tpu-type", TYPE, *fixture_cmd("gang_task.py", out, "ok"))
+    stack.wait_state(job, "succeeded", timeout=60)
+    seen = started(out)
+    assert sorted(seen) == [0, 1, 2, 3]
+    for w, e in seen.items():
+        assert e["TPUQ_WORKER_ID"] == str(w) and e["TPUQ_NUM_WORKERS"] == "4"
+        assert e["TPUQ_SLICE"] == SLICE and e["TPUQ_HOST"] == f"{SLICE}-w{w}"
+        assert e["JAX_COORDINATOR_PORT"] == "8476"
+        assert e["TPU_VISIBLE_CHIPS"] is None, "a slice job's task owns its whole host"
+    assert len({e["TPUQ_CHECKPOINT_DIR"] for e in seen.values()}) == 1
+    (att,) = stack.attempts(job)
+    assert att.host == SLICE and len(att.chips) == 16, "charged for every chip of the slice"
+    assert [(g.worker, g.host, g.outcome, g.exit_code) for g in workers(stack, job)] == \
+        [(w, f"{SLICE}-w{w}", "succeeded", 0) for w in range(N)]
+    assert stack.job(job).reason == "all 4 workers exited 0"
+    logs = stack.tpuq("logs", str(job), "--worker", "all").stdout
+    for w in range(N):
+        assert f"[w{w}] worker {w} of 4 started" in logs
+    assert stack.tpuq("logs", str(job)).stdout.strip() == "worker 0 of 4 started"
+    assert "worker 2 of 4 started" in stack.tpuq("logs", str(job), "--worker", "2").stdout
+    status = json.loads(stack.tpuq("status", "--json").stdout)
+    assert next(j for j in status if j["id"] == job)["host"] == SLICE
+
+
+def test_one_worker_failing_stops_every_worker_and_fails_the_job(stack, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    start_slice(stack, tmp_path)
+    job = stack.submit("--tpu-type", TYPE, "--grace", "20",
+                       *fixture_cmd("gang_task.py", out, "fail:2"))
+    done = stack.wait_state(job, "failed", timeout=60)
+    assert done.exit_code == 3 and "worker 2 (pod-a-w2)" in (done.reason or ""), done.reason
+    assert sorted(p.name for p in out.glob("term.1.*")) == ["term.1.0", "term.1.1", "term.1.3"]
+    assert all(not g.lease_expires_at for g in workers(stack, job))
+    with stack.db.read() as s:
+        from tpuq.state.models import Allocation
+
+        assert s.query(Allocation).count() == 0, "every worker's chips released"
+
+
+def test_a_cancel_stops_every_worker(stack, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    start_slice(stack, tmp_path)
+    job = stack.submit("--tpu-type", TYPE, *fixture_cmd("gang_task.py", out, "hang"))
+    wait_for(lambda: len(started(out)) == N, 60, "every worker to start")
+    stack.tpuq("cancel", str(job))
+    stack.wait_state(job, "cancelled", timeout=60)
+    assert len(list(out.glob("term.1.*"))) == N
+
+
+def test_a_worker_killed_mid_run_stops_the_gang(stack, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    start_slice(stack, tmp_path)
+    job = stack.submit("--tpu-type", TYPE, *fixture_cmd("gang_task.py", out, "hang"))
+    wait_for(lambda: len(started(out)) == N and all(g.pid for g in workers(stack, job)), 60,
+             "every worker to run")
+    os.killpg(workers(stack, job)[1].pid, signal.SIGKILL)
+    done = stack.wait_state(job, "failed", timeout=60)
+    assert done.exit_signal == 9 and "worker 1" in (done.reason or "")
+    assert sorted(p.name for p in out.glob("term.1.*")) == ["term.1.0", "term.1.2", "term.1.3"]
+
+
+def test_a_notice_on_one_worker_requeues_the_whole_gang(stack, tmp_path, metadata):
+    out = tmp_path / "out"
+    out.mkdir()
+    hosts = start_slice(stack, tmp_path, workers=range(3))
+    start_worker(stack, hosts[3], 3, tmp_path, TPUQ_METADATA_URL=metadata.url)
+    job = stack.submit("--tpu-type", TYPE, *fixture_cmd("gang_task.py", out, "hang"))
+    wait_for(lambda: len(started(out)) == N, 60, "every worker to start")
+    metadata.set("instance/maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
+    wait_for(lambda: len(list(out.glob("term.1.*"))) == N, 60,
+             "every worker to get the stop signal")
+    stack.wait_state(job, "queued", timeout=60)
+    assert stack.job(job).preemptions == 1 and stack.job(job).failures == 0
+    metadata.set("instance/maintenance-event", "NONE")
+    stack.wait_state(job, "succeeded", timeout=60)
+    assert sorted(started(out, 2)) == [0, 1, 2, 3]
+
+
+def test_a_worker_whose_agent_is_down_blocks_the_start(stack, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    hosts = start_slice(stack, tmp_path)
+    stack.agents[-1].stop()
+    job = stack.submit("--tpu-type", TYPE, *fixture_cmd("gang_task.py", out, "ok"))
+    wait_for(lambda: "worker 3 (pod-a-w3) agent stopped" in (next(
+        j for j in json.loads(stack.tpuq("status", "--json").stdout)
+        if j["id"] == job)["waiting_for"] or ""), 30, "the reason to name the stopped worker")
+    assert stack.job(job).state == "queued" and not list(out.iterdir()), "nothing ran"
+    start_worker(stack, hosts[3], 3, tmp_path)
+    stack.wait_state(job, "succeeded", timeout=60)

@@ -1,0 +1,297 @@
+"""One worker's task of a slice job: gather at the start barrier, run, stop with the gang.
+
+A GangTask is a Supervisor (keeper, lease renewal, stop signal, grace, kill) whose lease
+is its worker's row (state/gangs.py) and whose end is recorded there. Worker 0's task
+also holds the job's own lease and decides for the gang:
+
+- **Start.** Every worker makes its TPU free (orphans killed, a foreign holder refused,
+  a stale libtpu lock removed) and its directories, then marks itself ready. Worker 0
+  moves the job to running once every worker is ready, and only then does any worker
+  start its process. A worker that cannot get ready, or a barrier not complete within
+  `TPUQ_GANG_START_S` of the assignment, ends the attempt as a host error: requeued,
+  not charged, and nothing ran anywhere.
+- **Stop.** A worker whose process ends by itself other than with exit 0, or whose agent
+  stops renewing its row, stops the gang: the job gets the gang's stop request, every
+  worker's renewal sees it and sends its process the stop signal, grace, kill. A cancel,
+  a notice on any worker's host or a time limit reach every worker the same way.
+- **End.** Worker 0 keeps the job's lease until every worker has ended (or lost its
+  lease, past a margin by which its keeper has stopped it) and records the attempt's
+  end with the outcome gangs.gang_ending decides. That releases every worker's chips
+  in one transaction, and every other worker's next renewal finds itself fenced out.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import time
+from typing import Any, Protocol
+
+from tpuq.agent import libtpu, outcome
+from tpuq.agent.keepers import clock
+from tpuq.agent.supervisor import AttemptSpec, HostContext, Supervisor
+from tpuq.state import attempts, gangs
+from tpuq.state.attempts import Ending
+from tpuq.state.outage import is_outage
+from tpuq.state.states import JobState, Outcome
+
+log = logging.getLogger("tpuq.agent")
+POLL_S = 0.1  # the barrier and the end are awaited in the database, this often at most
+
+
+class GangHost(HostContext, Protocol):
+    """What a gang task needs of its host beyond a supervisor's (the Executor)."""
+
+    boot_id: str
+
+    def clear_holders(self, chips: tuple[int, ...]) -> list[Any]: ...
+
+    def mark_busy(self, reason: str) -> None: ...
+
+    def supervisors(self) -> list[Supervisor]: ...
+
+    def gang_news(self) -> None:
+        """Tell the other workers' agents to look now (team: a broadcast wake)."""
+
+
+class GangTask(Supervisor):
+    def __init__(self, ctx: GangHost, spec: AttemptSpec, start_by: float) -> None:
+        super().__init__(ctx, spec)
+        self.host = ctx
+        assert spec.gang is not None
+        self.worker, self.workers, self.slice = spec.gang
+        self.start_by = start_by  # monotonic: the barrier's deadline
+        self._job_renewed = 0.0
+
+    @property
+    def leads(self) -> bool:
+        return self.worker == 0
+
+    # ---- the start barrier -------------------------------------------------------------
+    def _run(self) -> None:
+        if self._gather():
+            super()._run()
+
+    def _gather(self) -> bool:
+        """True once the gang may start (the job is running at this attempt)."""
+        spec, db = self.spec, self.ctx.db
+        for older in self.host.supervisors():  # an earlier attempt still being stopped here
+            if older.spec.job_id == spec.job_id and older.spec.attempt < spec.attempt:
+                older.join(older.spec.grace_s + 10.0)
+        foreign = self.host.clear_holders(spec.chips)
+        if foreign:
+            from tpuq.agent import holders
+
+            reason = "TPU held by " + "; ".join(holders.describe(p) for p in foreign)
+            self.host.mark_busy(reason)
+            return self._not_ready(reason)
+        libtpu.clean_stale_lock(self.ctx.settings.libtpu_lockfile, holders_alive=False)
+        try:
+            self.ctx.prepare_dirs(spec.job_id, spec.attempt)
+        except OSError as e:
+            return self._not_ready(f"cannot make the job's directories: {e}")
+        with db.write() as s:
+            if not gangs.ready(s, spec.job_id, spec.attempt, self.worker):
+                return False  # cancelled or taken away meanwhile
+        self.host.gang_news()
+        while True:
+            went = self._lead_start() if self.leads else self._await_start()
+            if went is not None:
+                return went
+            self._pause(POLL_S)
+
+    def _not_ready(self, reason: str) -> bool:
+        log.warning("job %s attempt %s worker %s not ready: %s", self.spec.job_id,
+                    self.spec.attempt, self.worker, reason)
+        with self.ctx.db.write() as s:
+            gangs.ended(s, self.spec.job_id, self.spec.attempt, self.worker,
+                        Ending(Outcome.HOST_ERROR, f"not ready: {reason}", untouched=True))
+        if self.leads:
+            self._end_attempt(Ending(Outcome.HOST_ERROR, f"gang start: worker 0 "
+                                     f"({self.ctx.name}) not ready: {reason}"))
+        self.host.gang_news()
+        return False
+
+    def _lead_start(self) -> bool | None:
+        """Worker 0: start the gang when all are ready, give up when one cannot be or
+        the deadline passed; None: not yet."""
+        spec = self.spec
+        with self.ctx.db.read() as s:
+            ms = gangs.members(s, spec.job_id, spec.attempt)
+        failed = [m for m in ms if m.state == "ended"]
+        late = [m for m in ms if m.state != "ready"]
+        if failed or (late and time.monotonic() > self.start_by):
+            m = (failed or late)[0]
+            why = m.reason if failed else \
+                f"not ready within {self.ctx.settings.gang_start_s:g}s (its agent is " \
+                "slow, stopped, or cannot reach the database)"
+            self._end_attempt(Ending(Outcome.HOST_ERROR, f"gang start: worker {m.worker} "
+                                     f"({m.host}) {why}"))
+            return False
+        if late:
+            self._renew_job_lease()
+            return None
+        lease_from = clock()
+        with self.ctx.db.single() as s:
+            started = attempts.start(s, spec.job_id, spec.attempt, self.slice,
+                                     boot_id=self.host.boot_id, log_path=self.log_path,
+                                     lease_s=self.ctx.settings.lease_s)
+        if started is None:
+            return False  # cancelled meanwhile
+        self.spec = _with_lease(spec, lease_from + self.ctx.settings.lease_s)
+        log.info("job %s attempt %s: all %d workers of slice %s ready: starting", spec.job_id,
+                 spec.attempt, self.workers, self.slice)
+        self.host.gang_news()
+        return True
+
+    def _await_start(self) -> bool | None:
+        with self.ctx.db.read() as s:
+            row = gangs.worker_of(s, self.spec.job_id, self.spec.attempt, self.ctx.name)
+        if row is None or row.job_attempt != self.spec.attempt or \
+                row.state not in (JobState.ASSIGNED.value, JobState.RUNNING.value,
+                                  JobState.PREEMPTING.value):
+            return False  # the attempt ended before the start (worker 0 gave up, a cancel)
+        if row.state != JobState.ASSIGNED.value:
+            self.spec = _with_lease(self.spec, clock() + self.ctx.settings.lease_s)
+            return True
+        if time.monotonic() > self.start_by + self.ctx.settings.lease_s:
+            return False  # worker 0 is gone: its lease ends the attempt
+        return None
+
+    def _pause(self, seconds: float) -> None:
+        """Wait on the wake pipe (a gang_news from another worker's agent), at most this."""
+        ready, _, _ = select.select([self._wake_r], [], [], seconds)
+        if ready:
+            os.read(self._wake_r, 4096)
+
+    # ---- running: this worker's lease, and worker 0's watch over the others -------------
+    def _first(self, msg: dict[str, Any]) -> dict[str, Any] | None:
+        if msg.get("event") in ("status", "ended"):
+            return super()._first(msg)
+        self.pid = msg.get("pid")
+        spec = self.spec
+        log.info("job %s attempt %s worker %s: started, pid %s", spec.job_id, spec.attempt,
+                 self.worker, self.pid)
+
+        def record() -> None:
+            with self.ctx.db.write() as s:
+                gangs.running(s, spec.job_id, spec.attempt, self.worker, pid=self.pid,
+                              proc_start=msg.get("start_ticks"), log_path=self.log_path,
+                              lease_s=self.ctx.settings.lease_s)
+                if self.leads:
+                    attempts.record_process(s, spec.job_id, spec.attempt, self.pid or 0,
+                                            msg.get("start_ticks"))
+
+        self._write(record, "recording the process of")
+        return None
+
+    def _renew(self) -> attempts.Lease | None:
+        spec, lease_s = self.spec, self.ctx.settings.lease_s
+        progress = outcome.last_progress(outcome.progress_path(self.log_path))
+        try:
+            with self.ctx.db.write() as s:
+                lease = gangs.renew(s, spec.job_id, spec.attempt, self.worker, lease_s)
+                if lease.held and self.leads:
+                    lease = attempts.renew(s, spec.job_id, spec.attempt, self.slice, lease_s)
+                    if progress is not None and progress != self._progress_shown:
+                        attempts.record_progress(s, spec.job_id, spec.attempt, *progress)
+                        self._progress_shown = progress
+                    self._watch(s)
+                return lease
+        except Exception as e:
+            if not is_outage(e):
+                raise
+            log.warning("job %s worker %s: lease not renewed, database unavailable: %s",
+                        spec.job_id, self.worker, str(e).splitlines()[0][:200])
+            return None
+
+    def _watch(self, s: Any) -> None:
+        """Worker 0: one worker's own end or loss stops the gang."""
+        ms = gangs.members(s, self.spec.job_id, self.spec.attempt, self._margin())
+        cause = gangs.first_cause(ms)
+        if cause is not None and gangs.request_stop(s, self.spec.job_id, self.spec.attempt,
+                                                    gangs.stop_reason(cause)):
+            log.warning("job %s: %s", self.spec.job_id, gangs.stop_reason(cause))
+            self.host.gang_news()
+
+    def _margin(self) -> float:
+        """A worker's lease must be this long past before it counts as lost: by then its
+        keeper has stopped its process (the keeper's lease is the worker's, from the same
+        renewals, and the keeper acts on its own clock)."""
+        return self.spec.grace_s + 5.0
+
+    # ---- the end ----------------------------------------------------------------------
+    def _finish(self, end: Ending) -> None:
+        spec = self.spec
+
+        def record() -> None:
+            with self.ctx.db.write() as s:
+                gangs.ended(s, spec.job_id, spec.attempt, self.worker, end)
+                if end.untouched and end.outcome is not Outcome.SUCCEEDED:
+                    gangs.request_stop(s, spec.job_id, spec.attempt,
+                                       f"worker {self.worker} ({self.ctx.name}) ended "
+                                       f"({end.reason}): stopping the gang")
+
+        self._write(record, "recording a worker's end of")
+        self.ending = end
+        log.info("job %s attempt %s worker %s: %s: %s", spec.job_id, spec.attempt, self.worker,
+                 end.outcome.value, end.reason)
+        self.host.gang_news()
+        if self.leads:
+            self._conclude()
+
+    def _conclude(self) -> None:
+        """Worker 0, its own process over: hold the job's lease until every worker ended,
+        then end the attempt as the gang's ends say."""
+        spec = self.spec
+        while True:
+            try:
+                with self.ctx.db.write() as s:
+                    ms = gangs.members(s, spec.job_id, spec.attempt, self._margin())
+                    if gangs.gang_ending(ms) is None:
+                        self._watch(s)
+            except Exception as e:
+                if not is_outage(e):
+                    raise
+                ms = []
+            end = gangs.gang_ending(ms) if ms else None
+            if end is not None:
+                self._end_attempt(end)
+                return
+            if not self._renew_job_lease():
+                return  # fenced out: the reaper or a cancel ended the attempt
+            self._pause(POLL_S * 5)
+
+    def _renew_job_lease(self) -> bool:
+        """Worker 0 before its process starts and after it ends: the job's lease alone."""
+        now = time.monotonic()
+        if now - self._job_renewed < self.ctx.settings.lease_s / 3:
+            return True
+        try:
+            with self.ctx.db.write() as s:
+                held = attempts.renew(s, self.spec.job_id, self.spec.attempt, self.slice,
+                                      self.ctx.settings.lease_s).held
+        except Exception as e:
+            if not is_outage(e):
+                raise
+            return True  # the next try; the reaper waits out the lease
+        self._job_renewed = now
+        return held
+
+    def _end_attempt(self, end: Ending) -> None:
+        spec = self.spec
+        progress = outcome.last_progress(outcome.progress_path(self.log_path))
+        self._write(lambda: outcome.record(self.ctx.db, spec.job_id, spec.attempt, self.slice,
+                                           end, progress=progress,
+                                           retry_backoff_s=self.ctx.settings.retry_backoff_s),
+                    "recording the end of")
+        log.info("job %s attempt %s (slice %s): %s: %s", spec.job_id, spec.attempt, self.slice,
+                 end.outcome.value, end.reason)
+        self.host.gang_news()
+
+
+def _with_lease(spec: AttemptSpec, until: float) -> AttemptSpec:
+    import dataclasses
+
+    return dataclasses.replace(spec, lease_until=until)
