@@ -81,6 +81,8 @@ def test_one_worker_failing_stops_every_worker_and_fails_the_job(stack, tmp_path
     assert done.exit_code == 3 and "worker 2 (pod-a-w2)" in (done.reason or ""), done.reason
     assert sorted(p.name for p in out.glob("term.1.*")) == ["term.1.0", "term.1.1", "term.1.3"]
     assert all(not g.lease_expires_at for g in workers(stack, job))
+    shown = stack.tpuq("show", str(job)).stdout
+    assert "  w2  pod-a-w2  pid " in shown and "failed, exit 3" in shown, shown
     with stack.db.read() as s:
         from tpuq.state.models import Allocation
 

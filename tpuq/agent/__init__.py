@@ -7,6 +7,8 @@
 - `recovery.py`    at start: requeue what this host owned, kill its orphans
 - `executor.py`    assigned attempts in, supervisors out; the TPU must be ours first
 - `supervisor.py`  one attempt, the agent's half: launch, lease, stop, outcome
+- `gang.py`        one worker's task of a slice job: start barrier, gang stop, its end
+- `topology.py`    which multi-host slice this host is a worker of (settings, metadata)
 - `keeper.py`      one attempt's keeper: owns the job, outlives the agent, fences it
 - `keepers.py`     the agent's side of its keepers: launch, talk, adopt
 - `outcome.py`     how an attempt ended, and recording it (whoever records it)

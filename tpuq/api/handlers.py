@@ -54,6 +54,7 @@ from tpuq.state import (
     admission,
     attempts,
     deps,
+    gangs,
     history,
     hosts,
     jobs,
@@ -147,9 +148,12 @@ class Api:
             env = queries.envs(s, [req.id]).get(req.id, {})
             atts = queries.attempts_of(s, req.id)
             events = queries.events_of(s, req.id)
+            gang = gangs.workers_of(s, [req.id]).get(req.id, [])
         waiting = self.reasons().get(req.id) if row.state == "queued" else None
         obj = views.job_object(row, caller, env=env, waiting=waiting)
         obj["attempt_list"] = [views.attempt_object(a) for a in atts]
+        if gang:  # a slice job: its current attempt's workers
+            obj["worker_list"] = [views.worker_object(w) for w in gang]
         obj["events"] = [views.event_object(e) for e in events]
         return JobDetail(job=obj)
 

@@ -60,3 +60,10 @@ def host_object(h: Any, jobs: Mapping[int, list[int]], now: float,
     return {"name": h.name, "tpu_type": h.tpu_type, "chips": list(h.chips or ()),
             "used": sum(len(c) for c in jobs.values()), "jobs": sorted(jobs),
             "heartbeat_at": h.heartbeat_at, "state": state}
+
+
+def worker_object(w: Any) -> dict[str, Any]:
+    """One worker of a slice job's attempt (`show`)."""
+    return {"worker": w.worker, "attempt": w.attempt, "host": w.host, "state": w.state,
+            "pid": w.pid, "outcome": w.outcome, "exit_code": w.exit_code,
+            "exit_signal": w.exit_signal, "reason": w.reason}

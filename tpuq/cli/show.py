@@ -26,6 +26,14 @@ def show(job_id: int, as_json: bool) -> None:
         click.echo("\nattempts:")
         for a in job["attempt_list"]:
             click.echo("  " + _attempt_line(a))
+    if job.get("worker_list"):
+        click.echo(f"\nworkers (attempt {job['worker_list'][0]['attempt']}):")
+        for w in job["worker_list"]:
+            how = w["outcome"] or w["state"]
+            code = f", exit {w['exit_code']}" if w["exit_code"] is not None else \
+                f", signal {w['exit_signal']}" if w["exit_signal"] is not None else ""
+            click.echo(f"  w{w['worker']}  {w['host']}  pid {w['pid'] or '-'}  {how}{code}"
+                       f"{'  ' + w['reason'] if w['reason'] else ''}")
     click.echo("\ntimeline:")
     for e in job["events"]:
         frm = f"{e['from']} -> " if e["from"] else ""

@@ -4,6 +4,7 @@
 - `policy.py`     plan(): filters, order, placement, waiting reasons
 - `fairshare.py`  the order: team fair share, priority, age
 - `hostpool.py`   free aligned chip blocks, best fit
+- `slicepool.py`  multi-host slices: all workers of a free slice, or nothing
 - `quota.py`      per-team quota counters during one pass
 - `loop.py`       the leader: snapshot -> plan -> assign -> dispatch; the reaper
 """

@@ -7,6 +7,7 @@
 - `deps.py`         job dependencies: what a job waits for, who a failure dooms
 - `admission.py`    what cannot run is refused at submit (type, chips, team, caps)
 - `attempts.py`     an attempt's life: assign, start, renew, finish, the reaper
+- `gangs.py`        a slice job's workers: assignment, start barrier, leases, the gang's end
 - `hosts.py`        host rows: register, heartbeat, liveness, drain, busy
 - `leader.py`       the scheduler's leader lease
 - `snapshot.py`     what one scheduler pass reads

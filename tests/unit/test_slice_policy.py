@@ -1,0 +1,108 @@
+"""Slice jobs in the pure parts: the scheduler's all-or-none placement, the gang's end,
+a host's seat in its slice."""
+
+from __future__ import annotations
+
+import pytest
+
+from tpuq.agent.errors import AgentError
+from tpuq.agent.topology import Seat, seat_of, tpu_env_value
+from tpuq.scheduler.policy import HostView, JobView, TeamView, plan
+from tpuq.settings import Settings
+from tpuq.shapes import slice_hosts
+from tpuq.state.gangs import Member, gang_ending
+from tpuq.state.states import Outcome
+
+
+def worker(i: int, slice_: str = "pod-a", free: bool = True, ok: bool = True) -> HostView:
+    chips = (0, 1, 2, 3)
+    return HostView(f"{slice_}-w{i}", "v4-8", chips, frozenset(chips if free else ()),
+                    schedulable=ok, out_of_service="" if ok else "agent stopped",
+                    slice=slice_, worker=i, slice_type="v4-32")
+
+
+def job(i: int, **kw: object) -> JobView:
+    return JobView(id=i, team="t", user="u", priority=0, submitted_at=float(i), chips=None,
+                   tpu_type="v4-32", workers=4, **kw)  # type: ignore[arg-type]
+
+
+def test_slice_types_span_hosts() -> None:
+    assert [slice_hosts(t) for t in ("v4-8", "v4-32", "v5litepod-16", "v6e-8", "v5p-64")] == \
+        [1, 4, 4, 1, 8]
+
+
+def test_a_free_complete_slice_is_given_whole_and_once() -> None:
+    hosts = [worker(i) for i in range(4)] + [HostView("single", "v4-8", (0, 1, 2, 3),
+                                                      frozenset(range(4)))]
+    p = plan([job(1), job(2)], hosts, {}, now=100.0)
+    (a,) = p.assignments
+    assert a.job_id == 1 and a.host == "pod-a" and len(a.chips) == 16
+    assert a.workers == tuple((f"pod-a-w{i}", (0, 1, 2, 3)) for i in range(4))
+    assert p.waiting[2] == "waiting for a free v4-32 slice (pod-a in use)"
+
+
+def test_slice_workers_never_take_single_host_jobs() -> None:
+    single = JobView(id=1, team="t", user="u", priority=0, submitted_at=0.0, chips=1)
+    p = plan([single], [worker(i) for i in range(4)], {}, now=1.0)
+    assert not p.assignments
+
+
+@pytest.mark.parametrize("hosts,reason", [
+    ([worker(i) for i in range(3)], "slice pod-a: 3 of 4 workers registered (no worker 3)"),
+    ([worker(0), worker(1), worker(2), worker(3, ok=False)],
+     "slice pod-a: worker 3 (pod-a-w3) agent stopped"),
+    ([worker(0), worker(1, free=False), worker(2), worker(3)],
+     "waiting for a free v4-32 slice (pod-a in use)"),
+    ([], "no v4-32 slice has registered (its workers' agents register it)"),
+])
+def test_nothing_partial_and_a_true_reason(hosts: list[HostView], reason: str) -> None:
+    p = plan([job(1)], hosts, {}, now=1.0)
+    assert not p.assignments and p.waiting[1] == reason
+
+
+def test_a_slice_job_is_charged_every_chip_of_the_slice() -> None:
+    teams = {"t": TeamView("t", max_chips=8)}
+    p = plan([job(1)], [worker(i) for i in range(4)], teams, now=1.0)
+    assert not p.assignments and "8 chips" in p.waiting[1]
+
+
+def m(w: int, state: str = "ended", outcome: str | None = "succeeded", untouched: bool = True,
+      at: float = 1.0, lost: bool = False, code: int | None = 0) -> Member:
+    return Member(w, f"h{w}", state, outcome, untouched, code, None, "exit", at, lost)
+
+
+def test_the_gang_ends_only_when_every_worker_has() -> None:
+    assert gang_ending([m(0), m(1, state="running", outcome=None)]) is None
+    end = gang_ending([m(0), m(1)])
+    assert end is not None and end.outcome is Outcome.SUCCEEDED and end.exit_code == 0
+
+
+def test_the_first_worker_to_end_by_itself_decides() -> None:
+    ms = [m(0, untouched=False, outcome="preempted"), m(1, outcome="failed", code=3, at=5.0),
+          m(2, outcome="requeued", code=75, at=9.0), m(3, untouched=False, outcome="failed")]
+    end = gang_ending(ms)
+    assert end is not None and end.outcome is Outcome.FAILED and end.exit_code == 3
+    assert end.reason.startswith("worker 1 (h1)")
+    ms[2] = m(2, outcome="requeued", code=75, at=2.0)  # exit 75 first: the gang requeues
+    end = gang_ending(ms)
+    assert end is not None and end.outcome is Outcome.REQUEUED and end.exit_code == 75
+
+
+def test_a_lost_worker_requeues_the_gang_uncharged() -> None:
+    end = gang_ending([m(0, untouched=False, outcome="preempted"),
+                       m(1, state="running", outcome=None, lost=True)])
+    assert end is not None and end.outcome is Outcome.LOST
+
+
+def test_seat_from_settings_or_metadata() -> None:
+    s = Settings(slice_name="pod-a", slice_worker=2, slice_type="v4-32")
+    assert seat_of(s, None) == Seat("pod-a", 2, "v4-32")
+    topo = {"accelerator_type": "v4-32", "agent_worker_number": 1,
+            "tpu_env": "ACCELERATOR_TYPE: 'v4-32'\nNODE_ID: 'my-pod'\n"}
+    assert seat_of(Settings(), topo) == Seat("my-pod", 1, "v4-32")
+    assert seat_of(Settings(), {"accelerator_type": "v4-8"}) is None
+    assert tpu_env_value("NODE_ID: 'x'", "NODE_ID") == "x"
+    with pytest.raises(AgentError, match="worker 4 of a v4-32 slice must be 0..3"):
+        seat_of(Settings(slice_name="p", slice_worker=4, slice_type="v4-32"), None)
+    with pytest.raises(AgentError, match="multi-host type"):
+        seat_of(Settings(slice_name="p", slice_worker=0, slice_type="v4-8"), None)
