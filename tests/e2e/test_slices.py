@@ -69,6 +69,9 @@ def test_a_slice_job_runs_one_task_on_every_worker_at_once(stack, tmp_path):
     assert "worker 2 of 4 started" in stack.tpuq("logs", str(job), "--worker", "2").stdout
     status = json.loads(stack.tpuq("status", "--json").stdout)
     assert next(j for j in status if j["id"] == job)["host"] == SLICE
+    table = stack.tpuq("status", COLUMNS="200").stdout
+    rows = [line for line in table.splitlines() if f"{TYPE} {SLICE} w" in line]
+    assert [r.split()[0] for r in rows] == [f"{SLICE}-w{w}" for w in range(N)], table
 
 
 def test_one_worker_failing_stops_every_worker_and_fails_the_job(stack, tmp_path):
@@ -142,3 +145,18 @@ def test_a_worker_whose_agent_is_down_blocks_the_start(stack, tmp_path):
     assert stack.job(job).state == "queued" and not list(out.iterdir()), "nothing ran"
     start_worker(stack, hosts[3], 3, tmp_path)
     stack.wait_state(job, "succeeded", timeout=60)
+
+
+def test_jax_distributed_initialises_across_the_workers(stack, tmp_path):
+    """The coordinator port tpuq chooses is where the workers meet (JAX on CPU)."""
+    from tests.services import free_port
+
+    out = tmp_path / "out"
+    out.mkdir()
+    start_slice(stack, tmp_path, TPUQ_COORDINATOR_PORT=str(free_port()))
+    job = stack.submit("--tpu-type", TYPE, *fixture_cmd("jax_gang.py", out))
+    stack.wait_state(job, "succeeded", timeout=120)
+    assert {p.name: p.read_text() for p in out.iterdir()} == \
+        {f"gathered.{w}": "1,11,21,31" for w in range(N)}
+    assert "[w3] worker 3: process 3 of 4" in \
+        stack.tpuq("logs", str(job), "--worker", "all").stdout

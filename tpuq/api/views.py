@@ -59,7 +59,9 @@ def host_object(h: Any, jobs: Mapping[int, list[int]], now: float,
     state = hosts_mod.out_of_service(h, now, stale_s) or "ok"
     return {"name": h.name, "tpu_type": h.tpu_type, "chips": list(h.chips or ()),
             "used": sum(len(c) for c in jobs.values()), "jobs": sorted(jobs),
-            "heartbeat_at": h.heartbeat_at, "state": state}
+            "heartbeat_at": h.heartbeat_at, "state": state,
+            # a worker of a multi-host slice: the slice, its type, this worker's number
+            "slice": h.slice_name, "slice_type": h.slice_type, "worker": h.slice_worker}
 
 
 def worker_object(w: Any) -> dict[str, Any]:

@@ -287,7 +287,10 @@ def _jobs_table(jobs: list[dict[str, Any]], now: float, columns: Sequence[str]) 
 
 
 def _hosts_table(hosts: list[dict[str, Any]], now: float) -> Any:
-    rows = [[_flat(v) for v in (h["name"], h["tpu_type"] or "?",
+    # a slice's workers together, in worker order, each named with its slice and number
+    hosts = sorted(hosts, key=lambda h: (h.get("slice") or h["name"], h.get("worker") or 0))
+    rows = [[_flat(v) for v in (h["name"], f"{h['slice_type']} {h['slice']} w{h['worker']}"
+                                 if h.get("slice") else h["tpu_type"] or "?",
                                  f"{h['used']}/{len(h['chips'])}",
                                  ",".join(map(str, h["jobs"])) or "-",
                                  render.ago(h["heartbeat_at"], now), h["state"])]
