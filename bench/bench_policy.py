@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tpuq.scheduler.policy import HostView, JobView, TeamView, order, plan
+from tpuq.scheduler.policy import HostView, JobView, TeamView, plan
 
 TARGET_MS = 100.0
 N_JOBS, N_HOSTS, N_TEAMS = 100_000, 1_000, 50
@@ -74,7 +74,6 @@ def _jobs(rng: random.Random) -> list[JobView]:
                 submitted_at=NOW - 86_400 + i * 0.5 + rng.random(),
                 chips=rng.choice(sizes),
                 tpu_type=rng.choice(types),
-                held=rng.random() < 0.03,
                 not_before=NOW + 60 if rng.random() < 0.03 else None,
                 depends_on=(i - 5,) if i > 5 and rng.random() < 0.05 else (),
                 est_hours=rng.choice([0.0, 1.0, 4.0]),
@@ -109,7 +108,6 @@ def run() -> dict[str, float]:
     timed: dict[str, Callable[[], Any]] = {
         "plan": lambda: plan(jobs, hosts, teams, NOW, succeeded),
         "plan_shuffled": lambda: plan(shuffled, hosts, teams, NOW, succeeded),
-        "order": lambda: order(jobs, teams, NOW),
         "sorted_baseline": lambda: sorted(keys),
         "waiting_all": lambda: list(plan(jobs, hosts, teams, NOW, succeeded).waiting.values()),
     }

@@ -154,6 +154,24 @@ class EmbeddedStack:
             proc.kill()
             proc.wait()
 
+    def kill_keepers(self) -> None:
+        """SIGKILL the attempt keepers our agent started (they outlive it: found by their
+        command line, `python -m tpuq.agent.keeper <home>/run/...`), as a host's crash
+        would take them with it."""
+        mark = f"{self.home}/run/".encode()
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                cmdline = open(f"/proc/{name}/cmdline", "rb").read()
+            except OSError:
+                continue
+            if b"tpuq.agent.keeper" in cmdline and mark in cmdline:
+                try:
+                    os.kill(int(name), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
     def restart_agent(self) -> None:
         if self.agent is not None:
             raise BenchError("the agent is still running")
@@ -177,6 +195,7 @@ class EmbeddedStack:
         try:
             self.stop_agent()
         finally:
+            self.kill_keepers()  # a round that failed midway may leave attempts running
             if self._db is not None:
                 self._db.dispose()
                 self._db = None

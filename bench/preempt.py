@@ -11,7 +11,8 @@ tests.fakes.metadata_server.FakeMetadata on loopback):
    - notice -> requeued: the job's `queued` event time in the database - t0;
 3. the event goes back to NONE; the host takes work again and attempt 2 resumes;
    lost steps = steps the job had done when signalled - the step attempt 2 resumed from;
-4. agent restart: the agent and the job's process group are SIGKILLed, nothing else
+4. agent restart: the agent, the attempt's keeper and the job's process group are
+   SIGKILLed (a job killed under a live keeper is the job's own failure), nothing else
    changes, the agent is started again; agent restart -> running again = attempt 3's
    `started_at` - the moment the new agent process was launched (beside it: launch ->
    the new agent answers on its socket, the floor of that figure).
@@ -135,6 +136,7 @@ def _measure(stack: EmbeddedStack, md: Any) -> dict[str, float]:
                     f"attempt 2 of job {job_id} to record its pid")
     time.sleep(0.3)
     stack.kill_agent()
+    stack.kill_keepers()  # a crash of the host's tpuq side: agent, keeper and job
     from tpuq.agent.holders import is_same_process
 
     if att2.proc_start and is_same_process(att2.pid, att2.proc_start):

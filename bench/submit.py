@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import time
+import uuid
 from functools import partial
 
 from bench.embedded import BenchError, EmbeddedStack, wait_for
@@ -81,7 +82,9 @@ def submit_to_start(stack: EmbeddedStack, runs: int,
     date = shutil.which("date") or "/bin/date"
     samples = []
     for i in range(WARMUP + runs):
-        stamp = os.path.join(stack.home, f"started-{i}")
+        # a name of this sample alone: a stack measured twice (through its agent, then
+        # as a machine without one) must not find the last pass's stamp
+        stamp = os.path.join(stack.home, f"started-{uuid.uuid4().hex}")
         argv = stack.submit_argv(["/bin/sh", "-c", f"{date} +%s.%N > {stamp}"])
         t0 = time.time()
         job_id, _ = _submit(stack, argv, env)

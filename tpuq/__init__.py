@@ -8,7 +8,9 @@ tests/unit/test_layers.py):
 
 - `cli/`        the `tpuq` command: thin Click commands over the client
 - `pod/`        a pod slice's plumbing over SSH from host 0 (Fabric): run, clean, setup
-- `client.py`   asks tpuq: through the host's agent, else the database directly
+- `client.py`   asks tpuq: through the host's agent, else the database directly; the
+                 Python API (submit(fn), Job: wait, result, logs, cancel)
+- `runfn.py`    what a function job's process runs: the pickled call in, its outcome out
 - `agent/`      the per-host daemon: runs jobs as the only owner of their chips
 - `api/`        what a caller may ask, authorized: the same handlers for both ways in
 - `queue/`      Celery on Redis, the team deployment's doorbell and log streams

@@ -13,7 +13,8 @@ Import-light: through the socket nothing heavier than the protocol module is loa
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tpuq import localclient, protocol
 from tpuq.protocol import Failure, Refusal, Reply, Request
@@ -127,6 +128,211 @@ class Client:
         """Tell the scheduler and agents something changed; they poll if nobody hears."""
         if self.settings.embedded:
             return  # no agent answered on this VM's socket: none runs here
-        from tpuq.queue import doorbell
+        from tpuq.queue import bell  # redis-py alone: Celery is not imported to ring
 
-        doorbell.wake_agents()
+        bell.wake_agents(self.settings.broker_url)
+
+
+# ---- the Python API: functions and jobs from a notebook or a sweep driver ----------------------
+TERMINAL = ("succeeded", "failed", "cancelled", "timeout")
+FIRST_POLL_S, MAX_POLL_S = 0.2, 2.0  # asking again: quickly at first, then every 2 s
+
+
+def wait_ended(state_of: Callable[[int], str], ids: Sequence[int], *,
+               timeout: float | None = None,
+               on_end: Callable[[int, str], None] = lambda _id, _state: None
+               ) -> dict[int, str]:
+    """Each job's final state once all have ended, asking `state_of` with a growing
+    pause (`tpuq wait`, `Job.wait`); TimeoutError after `timeout` seconds."""
+    import time
+
+    deadline = None if timeout is None else time.monotonic() + timeout
+    ended: dict[int, str] = {}
+    pause = FIRST_POLL_S
+    while True:
+        for job_id in ids:
+            if job_id not in ended:
+                state = state_of(job_id)
+                if state in TERMINAL:
+                    ended[job_id] = state
+                    on_end(job_id, state)
+        if len(ended) == len(ids):
+            return ended
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            waiting = ", ".join(str(i) for i in ids if i not in ended)
+            raise TimeoutError(f"job {waiting} still not ended after {timeout:g}s")
+        time.sleep(pause if left is None else min(pause, left))
+        pause = min(pause * 1.5, MAX_POLL_S)
+
+
+class JobError(Exception):
+    """A job that gave no value: it failed before its function returned or raised (it
+    could not start, was cancelled, timed out), or its function's exception could not be
+    pickled (the remote traceback is the message)."""
+
+    def __init__(self, job_id: int, state: str, message: str) -> None:
+        super().__init__(message)
+        self.job_id = job_id
+        self.state = state
+
+
+def submit(fn: Callable[..., Any], *args: Any, chips: int | None = None,
+           tpu_type: str | None = None, name: str | None = None, team: str | None = None,
+           priority: int = 0, time_limit: str | float | None = None, max_retries: int = 0,
+           after: Sequence[int] = (), after_any: Sequence[int] = (), hold: bool = False,
+           notify: str | None = None, notify_to: str | Sequence[str] | None = None,
+           python: str | None = None, settings: Settings | None = None,
+           **kwargs: Any) -> Job:
+    """Queue `fn(*args, **kwargs)` as a job; its handle (`.result()`, `.wait()`, ...).
+
+    The call is cloudpickled here (a notebook's functions and lambdas included), run on a
+    host in a fresh interpreter (`python -m tpuq.runfn`, this interpreter's path by
+    default) with this process's cwd and environment (as `tpuq submit --export ALL`), and
+    its value or exception stored for `.result()` from any machine of the deployment.
+    Options are the submit command's; a keyword argument of `fn` with an option's name
+    goes through `functools.partial`. ClientError (its `kind` and one-line message) for
+    anything refused, as the CLI's exit status says.
+    """
+    import base64
+    import sys
+
+    import cloudpickle
+
+    from tpuq import jobenv, runfn
+    from tpuq.protocol import Submit, Submitted
+    from tpuq.settings import load
+    from tpuq.spec import JobSpec, SpecError, notify_asked, parse_duration
+
+    cfg = settings or load()
+    urls = [notify_to] if isinstance(notify_to, str) else list(notify_to or [])
+    events, destinations = notify_asked(notify, urls, cfg)
+    try:
+        limit = parse_duration(time_limit) if isinstance(time_limit, str) else time_limit
+        spec = JobSpec(
+            command=[python or sys.executable, "-m", runfn.MODULE], cwd=os.getcwd(),
+            env=jobenv.capture(os.environ, ()), owner=cfg.user_name, team=team or cfg.team,
+            name=name or getattr(fn, "__qualname__", None) or "function", priority=priority,
+            chips=chips, tpu_type=tpu_type, grace_s=cfg.default_grace_s, time_limit_s=limit,
+            max_retries=max_retries, notify=events, notify_to=destinations).validate()
+    except SpecError as e:
+        raise ClientError(Failure.REFUSED, str(e)) from None
+    try:
+        call = cloudpickle.dumps((fn, args, kwargs))
+    except Exception as e:  # noqa: BLE001 - whatever pickling raised, in one line
+        raise ClientError(Failure.REFUSED, f"the function or its arguments cannot be "
+                          f"pickled: {e}") from None
+    refused = runfn.too_big(call)
+    if refused:
+        raise ClientError(Failure.REFUSED, refused)
+    client = Client(cfg)
+    try:
+        done = client.ask(Submit(spec=spec.to_dict(), held=hold, after=list(after),
+                                 after_any=list(after_any),
+                                 function=base64.b64encode(call).decode()), Submitted)
+    finally:
+        client.close()
+    return Job(done.id, cfg, warnings=list(done.warnings))
+
+
+class Job:
+    """A job by its id: its state, waiting for its end, its result (function jobs), its
+    output, cancelling it. `tpuq.client.Job(12)` works for any job."""
+
+    def __init__(self, job_id: int, settings: Settings | None = None,
+                 warnings: list[str] | None = None) -> None:
+        from tpuq.settings import load
+
+        self.id = job_id
+        self.settings = settings or load()
+        self.warnings = warnings or []
+
+    def __repr__(self) -> str:
+        return f"tpuq.client.Job({self.id})"
+
+    def _ask(self, req: Request, expect: type[R]) -> R:
+        client = Client(self.settings)
+        try:
+            return client.ask(req, expect)
+        finally:
+            client.close()
+
+    def info(self) -> dict[str, Any]:
+        """The job object of `tpuq show --json` (the README's JSON contract)."""
+        from tpuq.protocol import JobDetail, ShowJob
+
+        return dict(self._ask(ShowJob(id=self.id), JobDetail).job)
+
+    def state(self) -> str:
+        return str(self.info()["state"])
+
+    def done(self) -> bool:
+        return self.state() in TERMINAL
+
+    def wait(self, timeout: float | None = None) -> str:
+        """Block until the job ends; its final state. TimeoutError after `timeout` s."""
+        return wait_ended(lambda _: self.state(), [self.id], timeout=timeout)[self.id]
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The function's value once the job ended; its exception (with the remote
+        traceback as a note) if it raised; JobError if it gave neither."""
+        import cloudpickle
+
+        state = self.wait(timeout)
+        data = self._read_result()
+        if data is None:
+            info = self.info()
+            raise JobError(self.id, state, f"job {self.id} {state} without a result: "
+                                           f"{info.get('reason') or 'no reason recorded'}")
+        kind, *rest = cloudpickle.loads(data)
+        if kind == "ok" and state == "succeeded":
+            return rest[0]
+        if kind == "ok":
+            raise JobError(self.id, state, f"job {self.id} {state} after its function "
+                                           "returned (see `tpuq show`)")
+        exc, remote = rest
+        if isinstance(exc, BaseException):
+            note = f"remote traceback (job {self.id}):\n{remote}"
+            if hasattr(exc, "add_note"):
+                exc.add_note(note)
+            else:  # Python 3.10
+                exc.args = (*exc.args, note)
+            raise exc
+        raise JobError(self.id, state, f"job {self.id} raised:\n{remote}")
+
+    def _read_result(self) -> bytes | None:
+        import base64
+
+        from tpuq.protocol import ReadResult, ResultChunk
+
+        out = b""
+        while True:
+            chunk = self._ask(ReadResult(id=self.id, offset=len(out)), ResultChunk)
+            if chunk.size < 0:
+                return None
+            out += base64.b64decode(chunk.data)
+            if len(out) >= chunk.size or not chunk.data:
+                return out
+
+    def cancel(self) -> None:
+        from tpuq.protocol import Action, Control, Results
+
+        (r,) = self._ask(Control(action=Action.CANCEL, ids=[self.id]), Results).results
+        if not r.get("ok", True):
+            raise ClientError(Failure(r.get("kind") or Failure.CONFLICT),
+                              f"job {self.id} {r.get('message')}")
+
+    def logs(self) -> str:
+        """Its output so far (every attempt's, in order), as text."""
+        import base64
+
+        from tpuq.protocol import LogChunk, ReadLog
+
+        positions: dict[str, str] = {}
+        out = []
+        while True:
+            chunk = self._ask(ReadLog(id=self.id, positions=positions), LogChunk)
+            positions = chunk.positions
+            out += [base64.b64decode(p["data"]) for p in chunk.pieces]
+            if not chunk.pieces:
+                return b"".join(out).decode(errors="replace")

@@ -174,8 +174,10 @@ def requeue(reason: str = "") -> NoReturn:
     sys.exit(EX_TEMPFAIL)
 
 
-def checkpointed(step: int) -> None:
-    """Report that a checkpoint for ``step`` is saved; no-op outside tpuq.
+def checkpointed(step: int, total: int | None = None) -> None:
+    """Report that a checkpoint for ``step`` is saved; no-op outside tpuq. With the
+    ``total`` steps the job will take, `tpuq status` and `show` give an ETA (from the
+    rate of the recent reports).
 
     Appends one JSON line to ``TPUQ_PROGRESS_FILE`` in a single ``write`` on an
     ``O_APPEND`` descriptor, so a reader never sees interleaved partial lines.
@@ -183,7 +185,10 @@ def checkpointed(step: int) -> None:
     path = os.environ.get("TPUQ_PROGRESS_FILE")
     if not path:
         return
-    line = json.dumps({"step": int(step), "time": time.time()}) + "\n"
+    rec: dict[str, float] = {"step": int(step), "time": time.time()}
+    if total is not None:
+        rec["total"] = int(total)
+    line = json.dumps(rec) + "\n"
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line.encode())

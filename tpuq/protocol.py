@@ -122,6 +122,8 @@ class Submit(Request):
     array: list[int] = []  # an array: one task per index (TPUQ_ARRAY_INDEX), one transaction
     array_args: list[list[str]] = []  # --args-file: each task's extra arguments, by index
     throttle: int | None = None  # at most this many tasks of the array run at once
+    # a function job (tpuq.client.submit(fn)): its cloudpickled (fn, args, kwargs), base64
+    function: str = ""
 
 
 class ListJobs(Request):
@@ -183,6 +185,10 @@ class Resubmit(Request):
     failed: bool = False
     dry_run: bool = False
     env: dict[str, str] = {}
+    # whom the new jobs tell (the caller's own defaults): another owner's destinations
+    # are never copied, nor readable
+    notify: str | None = None
+    notify_to: str | None = None
 
 
 class Drain(Request):
@@ -262,9 +268,19 @@ class CleanTpu(Request):
     OP: ClassVar[str] = "clean-tpu"
 
 
+class ReadResult(Request):
+    """A function job's pickled outcome, from `offset` on, a bounded chunk per request
+    (its owner's and the admins' only)."""
+
+    OP: ClassVar[str] = "result"
+    id: int = 0
+    offset: int = 0
+
+
 REQUESTS: dict[str, type[Request]] = {cls.OP: cls for cls in (
     Ping, Wake, WhoAmI, Submit, ListJobs, ShowJob, ReadLog, Control, Resubmit, Drain,
-    ForgetHost, History, Update, QuotaReport, QuotaSet, Membership, AdminSet, CleanTpu)}
+    ForgetHost, History, Update, QuotaReport, QuotaSet, Membership, AdminSet, CleanTpu,
+    ReadResult)}
 
 
 # ---- replies ---------------------------------------------------------------------------------
@@ -368,6 +384,16 @@ class Failure(str, Enum):
         return self.value
 
 
+class ResultChunk(Reply):
+    """`data` (base64): bytes of the outcome from the offset asked; `size`: all of it
+    (-1: no attempt has stored one yet); `state`: the job's."""
+
+    NAME: ClassVar[str] = "result"
+    state: str = ""
+    size: int = -1
+    data: str = ""
+
+
 class Refusal(Reply):
     NAME: ClassVar[str] = "refusal"
     kind: Failure = Failure.REFUSED
@@ -376,7 +402,7 @@ class Refusal(Reply):
 
 REPLIES: dict[str, type[Reply]] = {cls.NAME: cls for cls in (
     Pong, Done, Identity, Submitted, JobList, JobDetail, LogChunk, Results, Rows, TpuCleaned,
-    Refusal)}
+    ResultChunk, Refusal)}
 
 
 # ---- encoding ---------------------------------------------------------------------------------

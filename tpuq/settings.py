@@ -53,6 +53,12 @@ ENV: dict[str, str] = {
     "slice_type": "TPUQ_SLICE_TYPE",
     "gang_start_s": "TPUQ_GANG_START_S",
     "coordinator_port": "TPUQ_COORDINATOR_PORT",
+    "notify": "TPUQ_NOTIFY",
+    "notify_to": "TPUQ_NOTIFY_TO",
+    "notify_preempts": "TPUQ_NOTIFY_PREEMPTS",
+    "notify_poll_s": "TPUQ_NOTIFY_POLL_S",
+    "notify_tries": "TPUQ_NOTIFY_TRIES",
+    "notify_retry_s": "TPUQ_NOTIFY_RETRY_S",
 }
 CONFIG_ENV = "TPUQ_CONFIG"
 # settings that take one of a few words
@@ -112,6 +118,17 @@ class Settings:
     # JAX_COORDINATOR_PORT of slice jobs: 8476 is open in GCP's default TPU firewall;
     # JAX >= 0.8.1's own default, 8482, is not (jax#35905)
     coordinator_port: int = 8476
+    # what a submit tells its owner of by default (`tpuq submit --notify`, --notify-to):
+    # events from end, fail, preempt (empty with a destination: end), Apprise URLs
+    notify: str = ""
+    notify_to: str = ""
+    # `preempt` tells once, when a job's preemptions exceed this
+    notify_preempts: int = 3
+    # agents look for notifications to send this often, and try a failing one this many
+    # times, waiting notify_retry_s, doubling, in between
+    notify_poll_s: float = 2.0
+    notify_tries: int = 8
+    notify_retry_s: float = 30.0
 
     # ---- derived -------------------------------------------------------------------
     @property
@@ -190,6 +207,8 @@ def _coerce(name: str, raw: Any, source: str) -> Any:
             return int(raw)
     except (TypeError, ValueError):
         raise SettingsError(f"{source}: {name} must be a number, got {raw!r}") from None
+    if name == "notify_to" and isinstance(raw, list):  # a TOML list of URLs
+        return "\n".join(map(str, raw))
     if name in CHOICES and str(raw) not in CHOICES[name]:
         words = " or ".join(repr(c) for c in CHOICES[name])
         raise SettingsError(f"{source}: {name} must be {words}, got {raw!r}")
@@ -250,11 +269,13 @@ def check(s: Settings) -> str | None:
     """Why these settings cannot work together, in one line (naming the variables), or
     None when they can."""
     positive = ("heartbeat_s", "lease_s", "leader_lease_s", "host_stale_s", "poll_s",
-                "fair_share_half_life_h", "broker_visibility_s", "gang_start_s")
+                "fair_share_half_life_h", "broker_visibility_s", "gang_start_s",
+                "notify_poll_s", "notify_tries")
     for name in positive:
         if getattr(s, name) <= 0:
             return f"{ENV[name]} must be positive, got {getattr(s, name):g}"
-    for name in ("default_grace_s", "retry_backoff_s", "maintenance_lead_s"):
+    for name in ("default_grace_s", "retry_backoff_s", "maintenance_lead_s",
+                 "notify_preempts", "notify_retry_s"):
         if getattr(s, name) < 0:
             return f"{ENV[name]} cannot be negative, got {getattr(s, name):g}"
     if s.heartbeat_s >= s.lease_s:

@@ -13,17 +13,20 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 import signal
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tpuq.settings import Settings
+from tpuq.shapes import slice_hosts
 
 SPEC_FIELDS = (
     "command", "cwd", "env", "owner", "team", "name", "priority", "chips", "tpu_type",
     "stop_signal", "grace_s", "time_limit_s", "max_retries", "requeue_on_preempt",
-    "tcmalloc", "resubmit_of",
+    "tcmalloc", "resubmit_of", "notify", "notify_to",
 )
 
 # What fits the columns (state/models.py) and what a sane job asks for.
@@ -43,6 +46,12 @@ MAX_GRACE_S = 7 * 86400.0
 MAX_TIME_LIMIT_S = 366 * 86400.0
 MAX_RETRIES = 100
 MAX_ID = 2**63 - 1
+# what a job's owner may hear of: `end` (any end), `fail` (failed or timed out),
+# `preempt` (preempted more than TPUQ_NOTIFY_PREEMPTS times, told once)
+NOTIFY_EVENTS = ("end", "fail", "preempt")
+MAX_NOTIFY_URLS = 16
+MAX_NOTIFY_URL = 2048
+_NOTIFY_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+\Z")
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _TEAM = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
@@ -76,6 +85,8 @@ class JobSpec:
     requeue_on_preempt: bool = True
     tcmalloc: bool = True
     resubmit_of: int | None = None
+    notify: str | None = None  # NOTIFY_EVENTS, comma separated
+    notify_to: str | None = None  # Apprise URLs, one per line
 
     def validate(self) -> JobSpec:
         """Check every field's type, range and length; SpecError says what is wrong."""
@@ -116,6 +127,7 @@ class JobSpec:
                 raise SpecError(f"{flag} must be true or false")
         if self.resubmit_of is not None:
             self.resubmit_of = _int(self.resubmit_of, "resubmit_of", 1, MAX_ID)
+        self.notify, self.notify_to = notify_fields(self.notify, self.notify_to)
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -125,8 +137,6 @@ class JobSpec:
     def workers(self) -> int | None:
         """Workers of a multi-host slice type (v4-32: 4): a slice job runs one task on
         each; None for a single-host job."""
-        from tpuq.shapes import slice_hosts
-
         n = slice_hosts(self.tpu_type) if self.tpu_type else 0
         return n if n > 1 else None
 
@@ -225,6 +235,47 @@ def _env(value: Any) -> dict[str, str]:
     return dict(value)
 
 
+def notify_asked(events: str | None, urls: Sequence[str], cfg: Settings
+                 ) -> tuple[str | None, str | None]:
+    """What a submit asks (--notify, --notify-to), each falling back to the submitter's
+    configured default (Settings.notify, .notify_to); notify_fields checks them."""
+    return (events if events is not None else (cfg.notify or None),
+            "\n".join(urls) if urls else (cfg.notify_to or None))
+
+
+def notify_fields(events: Any, urls: Any) -> tuple[str | None, str | None]:
+    """(events, URLs) in their stored form: events from NOTIFY_EVENTS, sorted and comma
+    joined; URLs one per line. A destination without events means `end`; events without
+    a destination, or a word that is neither, is a SpecError."""
+    if urls is not None and not isinstance(urls, str):
+        raise SpecError("--notify-to must be text")
+    found = (urls or "").split()
+    if len(found) > MAX_NOTIFY_URLS:
+        raise SpecError(f"{len(found)} --notify-to destinations; at most {MAX_NOTIFY_URLS}")
+    for url in found:
+        if len(url) > MAX_NOTIFY_URL or not _NOTIFY_URL.match(url) or _CONTROL.search(url):
+            raise SpecError(f"--notify-to {_shown(url)}: a notification URL such as "
+                            "mailto://user:password@example.org, json://host/path, "
+                            "slack://TokenA/TokenB/TokenC (see the README)")
+    if events is not None and not isinstance(events, str):
+        raise SpecError("--notify must be text")
+    words = {w.strip().lower() for w in (events or "").split(",") if w.strip()}
+    if words == {"none"}:
+        return None, None
+    if "all" in words:
+        words = (words - {"all"}) | set(NOTIFY_EVENTS)
+    unknown = sorted(words - set(NOTIFY_EVENTS))
+    if unknown:
+        raise SpecError(f"--notify {_shown(unknown[0])}: one or more of "
+                        f"{', '.join(NOTIFY_EVENTS)}, or all, or none")
+    if not found:
+        if words:
+            raise SpecError(f"--notify {','.join(sorted(words))}: to where? Give "
+                            "--notify-to URL, or notify_to in the config file")
+        return None, None
+    return ",".join(w for w in NOTIFY_EVENTS if w in (words or {"end"})), "\n".join(found)
+
+
 def check_update(priority: Any, time_limit_s: Any) -> None:
     """The fields `tpuq update` may change, checked as a submit checks them."""
     if priority is not None:
@@ -259,6 +310,32 @@ def signal_name(value: str) -> str:
     if v not in signal.Signals.__members__ or v in ("SIGKILL", "SIGSTOP"):
         raise SpecError(f"unknown or uncatchable signal {_shown(value)}")
     return v
+
+
+def job_label(name: str | None, command: Any) -> str:
+    """What people call a job: its --name, else its script's (or its program's) file
+    name, as `status` and notifications show it."""
+    if name:
+        return str(name)
+    cmd = [str(c) for c in command or ["?"]]
+    first = os.path.basename(cmd[0])
+    if first.startswith(("python", "python3")) and len(cmd) > 1 and not cmd[1].startswith("-"):
+        return os.path.basename(cmd[1])
+    return first
+
+
+def show_duration(s: float | None) -> str:
+    """Seconds as people read them: 8.5s, 42s, 3m07s, 2h05m, 3d04h ("-" for None)."""
+    if s is None:
+        return "-"
+    s = max(0.0, s)
+    if s < 60:
+        return f"{s:.0f}s" if s >= 10 else f"{s:.1f}s"
+    if s < 3600:
+        return f"{s // 60:.0f}m{s % 60:02.0f}s"
+    if s < 86400:
+        return f"{s // 3600:.0f}h{(s % 3600) // 60:02.0f}m"
+    return f"{s // 86400:.0f}d{(s % 86400) // 3600:02.0f}h"
 
 
 def parse_duration(text: str) -> float:

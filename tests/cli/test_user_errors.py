@@ -7,7 +7,10 @@ import pytest
 
 @pytest.mark.parametrize("args, message", [
     (["missing.py"], "script not found: missing.py"),
-    (["--bogus", "train.py"], "no such option: --bogus"),
+    (["--bogus", "train.py"], "no such option: --bogus (see `tpuq submit --help`)"),
+    (["--chip", "1", "train.py"], "no such option: --chip (did you mean --chips?)"),
+    (["--max-retry=2", "train.py"], "no such option: --max-retry=2 (did you mean "
+                                    "--max-retries?)"),
     (["--chips", "0", "--", "/bin/true"], "--chips must be at least 1"),
     (["--chips", "three", "--", "/bin/true"], "'three' is not a valid integer"),
     (["--env", "1BAD=x", "--", "/bin/true"], "bad --env '1BAD=x'"),
@@ -150,6 +153,9 @@ def test_config_shows_each_value_where_it_came_from_and_hides_passwords(stack):
     assert shown["maintenance_lead_s"]["source"] == "default"
     assert shown["database_url"]["value"] == "postgresql://u:***@127.0.0.1:1/db"
     assert "secret" not in stack.tpuq("config", TPUQ_DATABASE_URL="postgresql://u:secret@h/d").stdout
+    hooks = stack.tpuq("config", "--json",
+                       TPUQ_NOTIFY_TO="slack://TokA/TokB/TokC mailto://u:pw@example.org").stdout
+    assert __import__("json").loads(hooks)["notify_to"]["value"] == "slack://*** mailto://***"
 
 
 def test_help_names_each_options_environment_variable(stack):

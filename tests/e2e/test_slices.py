@@ -160,3 +160,116 @@ def test_jax_distributed_initialises_across_the_workers(stack, tmp_path):
         {f"gathered.{w}": "1,11,21,31" for w in range(N)}
     assert "[w3] worker 3: process 3 of 4" in \
         stack.tpuq("logs", str(job), "--worker", "all").stdout
+
+
+def test_a_worker_whose_host_dies_mid_run_requeues_the_gang_uncharged(stack, tmp_path):
+    """Worker 2's host goes away (its agent, keeper and task killed): its row's lease runs
+    out, worker 0 stops the other three and requeues the job as lost, not charged; it
+    runs again once worker 2's agent is back."""
+    out = tmp_path / "out"
+    out.mkdir()
+    fast = {"TPUQ_LEASE_S": "3", "TPUQ_HEARTBEAT_S": "1", "TPUQ_RETRY_BACKOFF_S": "0.5"}
+    hosts = start_slice(stack, tmp_path, **fast)
+    job = stack.submit("--tpu-type", TYPE, *fixture_cmd("gang_task.py", out, "hang"))
+    wait_for(lambda: len(started(out)) == N and all(g.pid for g in workers(stack, job)), 60,
+             "every worker to run")
+    stack.agents[2].kill()
+    stack.kill_keepers(hosts[2])
+    os.killpg(workers(stack, job)[2].pid, signal.SIGKILL)
+    wait_for(lambda: stack.job(job).attempt == 1 and stack.job(job).state == "queued"
+             or stack.job(job).attempt > 1, 60, "the gang requeued")
+    first = stack.attempts(job)[0]
+    assert first.outcome == "lost" and "worker 2 (pod-a-w2) lost" in (first.reason or "")
+    assert stack.job(job).failures == 0, "a lost worker is not the job's failure"
+    assert sorted(p.name for p in out.glob("term.1.*")) == ["term.1.0", "term.1.1", "term.1.3"]
+    start_worker(stack, hosts[2], 2, tmp_path, **fast)
+    stack.wait_state(job, "succeeded", timeout=60)
+    # (an attempt assigned before worker 2's silence showed may have been given back)
+    assert sorted(started(out, stack.job(job).attempt)) == [0, 1, 2, 3]
+    assert stack.job(job).failures == 0
+
+
+def test_a_worker_not_ready_by_the_deadline_requeues_the_gang_before_anything_runs(
+        stack, tmp_path):
+    """Worker 3's agent is frozen (SIGSTOP) while the slice looks alive: the gang is
+    assigned, the other three get ready, and worker 0 gives up at TPUQ_GANG_START_S with
+    nothing started anywhere; once worker 3 thaws, the job runs on all four."""
+    out = tmp_path / "out"
+    out.mkdir()
+    start_slice(stack, tmp_path, TPUQ_GANG_START_S="2", TPUQ_RETRY_BACKOFF_S="0.5")
+    frozen = stack.agents[3]
+    os.kill(frozen.pid, signal.SIGSTOP)
+    try:
+        job = stack.submit("--tpu-type", TYPE, *fixture_cmd("gang_task.py", out, "ok"))
+        wait_for(lambda: bool(stack.attempts(job)) and stack.attempts(job)[0].outcome, 60,
+                 "the first attempt to end")
+        first = stack.attempts(job)[0]
+        assert first.outcome == "host_error", first.reason
+        assert "gang start: worker 3 (pod-a-w3) not ready within 2s" in (first.reason or "")
+        assert not list(out.iterdir()), "no worker started before all were ready"
+        assert stack.job(job).failures == 0
+    finally:
+        os.kill(frozen.pid, signal.SIGCONT)
+    stack.wait_state(job, "succeeded", timeout=60)
+    assert sorted(started(out, stack.job(job).attempt)) == [0, 1, 2, 3]
+
+
+def test_a_jax_training_gang_stopped_by_a_notice_resumes_bit_identical(stack, tmp_path,
+                                                                      metadata):
+    """A notice on worker 3 stops all four at one agreed step (JAX's preemption sync
+    point, reached on CPU as on a TPU pod); they save, exit 75, are requeued as one, and
+    resume from that step once the notice clears: the final parameters are the very
+    bytes of an uninterrupted run, and no step is lost."""
+    from tests.services import free_port
+
+    steps = "200"
+    # JAX's preemption service tells every worker of worker 3's signal: they stop at one
+    # step, before tpuq's own gang stop reaches them (their next lease renewal)
+    env = {"TPUQ_COORDINATOR_PORT": str(free_port())}
+    hosts = start_slice(stack, tmp_path, workers=range(3), **env)
+    start_worker(stack, hosts[3], 3, tmp_path, TPUQ_METADATA_URL=metadata.url, **env)
+    ref, out = tmp_path / "ref", tmp_path / "out"
+    ref.mkdir()
+    out.mkdir()
+    clean = stack.submit("--tpu-type", TYPE, *fixture_cmd("jax_gang_train.py", ref, steps))
+    stack.wait_state(clean, "succeeded", timeout=180)
+    job = stack.submit("--tpu-type", TYPE, *fixture_cmd("jax_gang_train.py", out, steps))
+    wait_for(lambda: int((out / "step.1").read_text() or 0) >= 25
+             if (out / "step.1").exists() else False, 120, "25 steps of the first attempt")
+    metadata.set("instance/maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
+    stack.wait_state(job, "queued", timeout=90)
+    first = stack.attempts(job)[0]
+    assert first.outcome == "preempted" and stack.job(job).failures == 0
+    stopped_at = int((out / "step.1").read_text())
+    metadata.set("instance/maintenance-event", "NONE")
+    stack.wait_state(job, "succeeded", timeout=180)
+    assert int((out / "resumed.2").read_text()) == stopped_at, "no step lost"
+    assert 25 <= stopped_at < int(steps)
+    assert (out / "final").read_text() == (ref / "final").read_text()
+
+
+def test_workers_learn_their_seat_from_their_own_metadata_servers(stack, tmp_path):
+    """As on GCP: no slice settings, each agent reads accelerator-type, its
+    agent-worker-number and the node's name (tpu-env NODE_ID) from a metadata server of
+    its own, and the four form one slice a v4-32 job runs on."""
+    from contextlib import ExitStack
+
+    from tests.fakes.metadata_server import FakeMetadata
+
+    out = tmp_path / "out"
+    out.mkdir()
+    with ExitStack() as servers:
+        for i in range(N):
+            md = servers.enter_context(FakeMetadata())
+            md.set("instance/attributes/accelerator-type", TYPE)
+            md.set("instance/attributes/agent-worker-number", str(i))
+            md.set("instance/attributes/tpu-env",
+                   f"ACCELERATOR_TYPE: '{TYPE}'\nNODE_ID: 'pod-m'\nWORKER_ID: '{i}'\n")
+            host = FakeHost(tmp_path / f"m{i}", name=f"pod-m-w{i}", chips=4)
+            stack.start_agent(host, TPUQ_METADATA_URL=md.url,
+                              **({"TPUQ_AGENT_SOCKET": str(tmp_path / f"m{i}.sock")} if i else {}))
+        job = stack.submit("--tpu-type", TYPE, *fixture_cmd("gang_task.py", out, "ok"))
+        stack.wait_state(job, "succeeded", timeout=60)
+    assert sorted(started(out)) == [0, 1, 2, 3]
+    assert {e["TPUQ_SLICE"] for e in started(out).values()} == {"pod-m"}
+    assert stack.attempts(job)[0].host == "pod-m"

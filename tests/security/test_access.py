@@ -218,3 +218,20 @@ def test_nobody_updates_a_colleagues_job(shared, people):
     r = alice.tpuq("update", str(job), "--priority", "9", env=user_env(shared, alice))
     assert r.returncode == 0, r.stderr
     assert shared.job(job).priority == 9
+
+
+def test_a_functions_result_is_its_owners(shared, people):
+    """Alice's function runs as alice (owner mode) and its value is hers: bob may not
+    read it, from Python as from anywhere."""
+    alice, bob = people
+    code = ("import os, pwd; from tpuq.client import submit; "
+            "j = submit(lambda: pwd.getpwuid(os.getuid()).pw_name + ':secret'); "
+            "print(j.id); print(j.result(timeout=90))")
+    r = alice.python_code(code, user_env(shared, alice))
+    assert r.returncode == 0, r.stderr
+    job_id, value = r.stdout.split()
+    assert value == f"{alice.name}:secret", "it ran as its owner"
+    r = bob.python_code(f"from tpuq.client import Job; Job({job_id}).result()",
+                        user_env(shared, bob))
+    assert r.returncode == 1 and "only its owner or an admin may read it" in r.stderr
+    assert "secret" not in r.stderr

@@ -108,3 +108,42 @@ def test_tpuq_from_a_laptop_acts_as_the_database_says(pg, tmp_path):
     assert r.returncode == 4 and "only admins may change quotas" in r.stderr
     assert "Traceback" not in r.stderr
     assert tpuq("whoami").stdout.strip() == alice
+
+
+def test_notifications_are_written_with_a_users_own_change_and_their_urls_are_agents_only(
+        pg, tmp_path):
+    """Alice's cancel writes its outbox row under her role; nobody but an agent reads
+    where a job tells its owner (a webhook's token), and nobody queues a message about
+    someone else's job."""
+    db, url, alice, bob = pg
+    with db.write() as s:
+        his = jobs.submit(s, JobSpec(command=["/bin/true"], cwd="/tmp", owner=bob,
+                                     team="default", notify="end",
+                                     notify_to="slack://Tok/En/Secret"))
+    env = {"TPUQ_HOME": str(tmp_path / "laptop"), "TPUQ_DATABASE_URL": dsn(url, alice),
+           "TPUQ_BROKER_URL": "redis://127.0.0.1:1/0", "PATH": "/usr/bin:/bin",
+           "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+
+    def tpuq(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*TPUQ, *args], env=env, capture_output=True, text=True,
+                              timeout=60, cwd=tmp_path)
+
+    r = tpuq("submit", "-q", "--hold", "--notify", "end", "--notify-to",
+             "json://127.0.0.1:9/hook", "--", "/bin/true")
+    assert r.returncode == 0, r.stderr
+    hers = int(r.stdout)
+    r = tpuq("cancel", str(hers))
+    assert r.returncode == 0, r.stderr
+    shown = json.loads(tpuq("show", str(hers), "--json").stdout)
+    assert shown["notify"] == "end" and "notify_to" not in shown
+    assert [(n["event"], n["state"]) for n in shown["notifications"]] == [("cancelled", "pending")]
+    with psycopg.connect(dsn(url, alice), autocommit=True) as c:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            c.execute("SELECT notify_to FROM jobs")
+    with psycopg.connect(dsn(url, alice), autocommit=True) as c:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="row-level security"):
+            c.execute("INSERT INTO notifications (job_id, event, created_at, state, next_at) "
+                      "VALUES (%s, 'failed', 0, 'pending', 0)", (his,))
+    with db.read() as s:
+        assert s.scalar(text("SELECT notify_to FROM jobs WHERE id = :i"), {"i": hers}) \
+            == "json://127.0.0.1:9/hook"

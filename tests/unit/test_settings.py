@@ -74,3 +74,16 @@ def test_a_config_file_in_a_closed_directory_is_a_clear_error(tmp_path, monkeypa
     monkeypatch.setattr(pathlib.Path, "is_file", closed)
     with pytest.raises(SettingsError, match="cannot read config file .*Permission denied"):
         load({"TPUQ_HOME": str(tmp_path)})
+
+
+def test_notify_defaults_come_from_the_config_file_a_list_of_urls_included(tmp_path):
+    from tpuq.settings import SettingsError, load
+
+    (tmp_path / "config.toml").write_text(
+        'notify = "fail,preempt"\nnotify_to = ["mailto://a:b@example.org", "json://h/p"]\n'
+        "notify_tries = 0\n")
+    with pytest.raises(SettingsError, match="TPUQ_NOTIFY_TRIES must be positive"):
+        load({"TPUQ_HOME": str(tmp_path)})
+    cfg = load({"TPUQ_HOME": str(tmp_path), "TPUQ_NOTIFY_TRIES": "3"})
+    assert (cfg.notify, cfg.notify_tries) == ("fail,preempt", 3)
+    assert cfg.notify_to == "mailto://a:b@example.org\njson://h/p"

@@ -39,6 +39,10 @@ plausible: dict[str, st.SearchStrategy[Any]] = {
     "requeue_on_preempt": st.booleans() | json_values,
     "tcmalloc": st.booleans() | json_values,
     "resubmit_of": st.none() | st.integers(-5, 2**64) | json_values,
+    "notify": st.none() | st.sampled_from(["end", "fail,preempt", "all", "none", "x", ""])
+    | st.text(max_size=12) | json_values,
+    "notify_to": st.none() | st.sampled_from(["json://h/p", "mailto://a@b", "x", ""])
+    | st.text(max_size=30) | json_values,
 }
 
 

@@ -51,6 +51,7 @@ class Executor:
         self.accepting = True
         self.end_hooks: list[Callable[[Supervisor], None]] = []  # e.g. final log shipping
         self.gang_news: Callable[[], None] = lambda: None  # wakes the slice's other agents
+        self.in_slice = False  # a worker of a multi-host slice: it also polls slice tasks
         self._paths: dict[tuple[int, ...], set[str]] = {}
         self.devwatch = DeviceWatch(self._device_paths(tuple(self.chips)))
         with db.read() as s:
@@ -126,23 +127,25 @@ class Executor:
                                lease_s=self.settings.lease_s)
         if j is None:
             return None  # stale: cancelled, reassigned, or already running
+        spec = self._runnable(j, job_id, attempt, self.name, chips=tuple(j.chips),
+                              lease_until=lease_from + self.settings.lease_s)
+        if spec is None or not self._host_ready(spec):
+            return None
+        return self.supervise(spec)
+
+    def _runnable(self, job: Any, job_id: int, attempt: int, fence_host: str | None,
+                  **more: Any) -> AttemptSpec | None:
+        """The attempt as its supervisor needs it; a spec that cannot run (written by a
+        hand that bypassed validation) fails the attempt instead: None."""
         try:
-            check_runnable(j.command, j.cwd, j.env, j.stop_signal)
-        except SpecError as e:  # written by a hand that bypassed validation
+            check_runnable(job.command, job.cwd, job.env, job.stop_signal)
+        except SpecError as e:
             with self.db.write() as s:
-                attempts.finish(s, job_id, attempt, self.name,
+                attempts.finish(s, job_id, attempt, fence_host,
                                 Ending(Outcome.FAILED, f"cannot be started: {e}"),
                                 retry_backoff_s=self.settings.retry_backoff_s)
             return None
-        spec = AttemptSpec(job_id=job_id, attempt=attempt, chips=tuple(j.chips),
-                           command=tuple(j.command), cwd=j.cwd, env=dict(j.env),
-                           stop_signal=j.stop_signal, grace_s=j.grace_s,
-                           time_limit_s=j.time_limit_s, tcmalloc=j.tcmalloc,
-                           resumed=attempt > 1, owner=j.owner,
-                           lease_until=lease_from + self.settings.lease_s)
-        if not self._host_ready(spec):
-            return None
-        return self.supervise(spec)
+        return AttemptSpec.of(job, job_id, attempt, **more)
 
     def supervise(self, spec: AttemptSpec,
                   adopted: tuple[KeeperLink, dict[str, Any]] | None = None) -> Supervisor:
@@ -159,35 +162,33 @@ class Executor:
         waiting for this worker; idempotent. None for a stale or duplicate doorbell."""
         from tpuq.agent.gang import GangTask
 
+        key = (job_id, attempt)
+        with self._lock:
+            if key in self._running or not self.accepting:
+                return None
         with self.db.read() as s:
             row = gangs.worker_of(s, job_id, attempt, self.name)
         if row is None or row.gang_state != "assigned" or row.job_attempt != attempt \
                 or row.state != JobState.ASSIGNED.value:
             return None
+        spec = self._runnable(row, job_id, attempt, None, chips=tuple(sorted(self.chips)),
+                              lease_until=clock(), gang=(row.worker, row.workers, row.host))
+        if spec is None:
+            return None
         waited = max(0.0, float(row.now) - float(row.assigned_at))
-        spec = AttemptSpec(job_id=job_id, attempt=attempt, chips=tuple(sorted(self.chips)),
-                           command=tuple(row.command), cwd=row.cwd, env=dict(row.env),
-                           stop_signal=row.stop_signal, grace_s=row.grace_s,
-                           time_limit_s=row.time_limit_s, tcmalloc=row.tcmalloc,
-                           resumed=attempt > 1, owner=row.owner, lease_until=clock(),
-                           gang=(row.worker, row.workers, row.host))
         task = GangTask(self, spec, time.monotonic() + self.settings.gang_start_s - waited)
         with self._lock:
-            if (job_id, attempt) in self._running or not self.accepting:
-                return None
-            self._running[(job_id, attempt)] = task
+            if key in self._running or not self.accepting:
+                return None  # a doorbell and the poll at once: one of them starts it
+            self._running[key] = task
         task.start()
         return task
-
-    def mark_busy(self, reason: str) -> None:
-        with self.db.write() as s:
-            self.held.set_busy(s, reason)
 
     def poll_assigned(self) -> None:
         """Recover lost doorbells: anything assigned here that nobody supervises."""
         with self.db.read() as s:
             waiting = attempts.assigned_to(s, self.name)
-            slice_tasks = gangs.assigned_to(s, self.name)
+            slice_tasks = gangs.assigned_to(s, self.name) if self.in_slice else []
         for job_id, attempt in waiting:
             self.start_attempt(job_id, attempt)
         for job_id, attempt in slice_tasks:
@@ -244,22 +245,30 @@ class Executor:
         return foreign
 
     def _host_ready(self, w: AttemptSpec) -> bool:
-        foreign = self.clear_holders(w.chips)
+        reason = self.claim_tpu(w.chips)
+        if reason is None:
+            return True
+        with self.db.write() as s:  # one transaction: nobody sees the host busy and the job on it
+            self.held.set_busy(s, reason)
+            attempts.finish(s, w.job_id, w.attempt, self.name, Ending(Outcome.HOST_ERROR, reason),
+                            retry_backoff_s=self.settings.retry_backoff_s)
+        log.warning("%s: not starting job %s", reason, w.job_id)
+        return False
+
+    def claim_tpu(self, chips: tuple[int, ...]) -> str | None:
+        """Make these chips a job's to start on: tpuq's orphans killed and, for the whole
+        host, a stale libtpu lock removed. Else why not: processes tpuq did not start hold
+        them. The caller marks the host busy with that reason, in the transaction that
+        gives the attempt up, until they exit (check_busy)."""
+        foreign = self.clear_holders(chips)
         if foreign:
-            reason = "TPU held by " + "; ".join(holders.describe(p) for p in foreign)
-            with self.db.write() as s:
-                self.held.set_busy(s, reason)
-                attempts.finish(s, w.job_id, w.attempt, self.name,
-                                Ending(Outcome.HOST_ERROR, reason),
-                                retry_backoff_s=self.settings.retry_backoff_s)
-            log.warning("%s: not starting job %s", reason, w.job_id)
-            return False
-        if len(w.chips) == len(self.chips):
+            return holders.held_by(foreign)
+        if len(chips) == len(self.chips):
             # whole host and nobody holds a device: a libtpu lock file left now is stale
             removed = libtpu.clean_stale_lock(self.settings.libtpu_lockfile, holders_alive=False)
             if removed:
                 log.info("removed stale libtpu lock: %s", ", ".join(removed))
-        return True
+        return None
 
     def free_tpu(self) -> cleanup.CleanReport:
         """Free the whole TPU on request (`tpuq pod clean`): orphans killed, every other

@@ -22,16 +22,17 @@ also holds the job's own lease and decides for the gang:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import select
 import time
 from typing import Any, Protocol
 
-from tpuq.agent import libtpu, outcome
 from tpuq.agent.keepers import clock
+from tpuq.agent.outcome import Progress
 from tpuq.agent.supervisor import AttemptSpec, HostContext, Supervisor
-from tpuq.state import attempts, gangs
+from tpuq.state import attempts, gangs, hosts
 from tpuq.state.attempts import Ending
 from tpuq.state.outage import is_outage
 from tpuq.state.states import JobState, Outcome
@@ -44,10 +45,10 @@ class GangHost(HostContext, Protocol):
     """What a gang task needs of its host beyond a supervisor's (the Executor)."""
 
     boot_id: str
+    held: hosts.Held
 
-    def clear_holders(self, chips: tuple[int, ...]) -> list[Any]: ...
-
-    def mark_busy(self, reason: str) -> None: ...
+    def claim_tpu(self, chips: tuple[int, ...]) -> str | None:
+        """The chips made free for a job, or why not (executor.py)."""
 
     def supervisors(self) -> list[Supervisor]: ...
 
@@ -79,14 +80,9 @@ class GangTask(Supervisor):
         for older in self.host.supervisors():  # an earlier attempt still being stopped here
             if older.spec.job_id == spec.job_id and older.spec.attempt < spec.attempt:
                 older.join(older.spec.grace_s + 10.0)
-        foreign = self.host.clear_holders(spec.chips)
-        if foreign:
-            from tpuq.agent import holders
-
-            reason = "TPU held by " + "; ".join(holders.describe(p) for p in foreign)
-            self.host.mark_busy(reason)
-            return self._not_ready(reason)
-        libtpu.clean_stale_lock(self.ctx.settings.libtpu_lockfile, holders_alive=False)
+        held = self.host.claim_tpu(spec.chips)
+        if held is not None:
+            return self._not_ready(held, busy=True)
         try:
             self.ctx.prepare_dirs(spec.job_id, spec.attempt)
         except OSError as e:
@@ -101,16 +97,21 @@ class GangTask(Supervisor):
                 return went
             self._pause(POLL_S)
 
-    def _not_ready(self, reason: str) -> bool:
+    def _not_ready(self, reason: str, *, busy: bool = False) -> bool:
+        """`busy`: foreign processes hold the chips; the host is marked busy in the
+        transaction that gives this worker up."""
         log.warning("job %s attempt %s worker %s not ready: %s", self.spec.job_id,
                     self.spec.attempt, self.worker, reason)
         with self.ctx.db.write() as s:
+            if busy:
+                self.host.held.set_busy(s, reason)
             gangs.ended(s, self.spec.job_id, self.spec.attempt, self.worker,
                         Ending(Outcome.HOST_ERROR, f"not ready: {reason}", untouched=True))
         if self.leads:
             self._end_attempt(Ending(Outcome.HOST_ERROR, f"gang start: worker 0 "
                                      f"({self.ctx.name}) not ready: {reason}"))
-        self.host.gang_news()
+        else:
+            self.host.gang_news()
         return False
 
     def _lead_start(self) -> bool | None:
@@ -134,12 +135,12 @@ class GangTask(Supervisor):
             return None
         lease_from = clock()
         with self.ctx.db.single() as s:
-            started = attempts.start(s, spec.job_id, spec.attempt, self.slice,
+            started = attempts.start(s, spec.job_id, spec.attempt, self.fence_host,
                                      boot_id=self.host.boot_id, log_path=self.log_path,
                                      lease_s=self.ctx.settings.lease_s)
         if started is None:
             return False  # cancelled meanwhile
-        self.spec = _with_lease(spec, lease_from + self.ctx.settings.lease_s)
+        self.spec = dataclasses.replace(spec, lease_until=lease_from + self.ctx.settings.lease_s)
         log.info("job %s attempt %s: all %d workers of slice %s ready: starting", spec.job_id,
                  spec.attempt, self.workers, self.slice)
         self.host.gang_news()
@@ -153,7 +154,8 @@ class GangTask(Supervisor):
                                   JobState.PREEMPTING.value):
             return False  # the attempt ended before the start (worker 0 gave up, a cancel)
         if row.state != JobState.ASSIGNED.value:
-            self.spec = _with_lease(self.spec, clock() + self.ctx.settings.lease_s)
+            self.spec = dataclasses.replace(self.spec,
+                                            lease_until=clock() + self.ctx.settings.lease_s)
             return True
         if time.monotonic() > self.start_by + self.ctx.settings.lease_s:
             return False  # worker 0 is gone: its lease ends the attempt
@@ -186,25 +188,18 @@ class GangTask(Supervisor):
         self._write(record, "recording the process of")
         return None
 
-    def _renew(self) -> attempts.Lease | None:
-        spec, lease_s = self.spec, self.ctx.settings.lease_s
-        progress = outcome.last_progress(outcome.progress_path(self.log_path))
-        try:
-            with self.ctx.db.write() as s:
-                lease = gangs.renew(s, spec.job_id, spec.attempt, self.worker, lease_s)
-                if lease.held and self.leads:
-                    lease = attempts.renew(s, spec.job_id, spec.attempt, self.slice, lease_s)
-                    if progress is not None and progress != self._progress_shown:
-                        attempts.record_progress(s, spec.job_id, spec.attempt, *progress)
-                        self._progress_shown = progress
-                    self._watch(s)
-                return lease
-        except Exception as e:
-            if not is_outage(e):
-                raise
-            log.warning("job %s worker %s: lease not renewed, database unavailable: %s",
-                        spec.job_id, self.worker, str(e).splitlines()[0][:200])
-            return None
+    @property
+    def fence_host(self) -> str:
+        return self.slice
+
+    def _lease_in(self, s: Any, progress: Progress | None) -> attempts.Lease:
+        """This worker's lease; worker 0's also renews the job's and watches the others."""
+        spec = self.spec
+        lease = gangs.renew(s, spec.job_id, spec.attempt, self.worker, self.ctx.settings.lease_s)
+        if lease.held and self.leads:
+            lease = super()._lease_in(s, progress)
+            self._watch(s)
+        return lease
 
     def _watch(self, s: Any) -> None:
         """Worker 0: one worker's own end or loss stops the gang."""
@@ -223,6 +218,7 @@ class GangTask(Supervisor):
 
     # ---- the end ----------------------------------------------------------------------
     def _finish(self, end: Ending) -> None:
+        """This worker's end (the attempt's is worker 0's to record, `_conclude`)."""
         spec = self.spec
 
         def record() -> None:
@@ -264,34 +260,19 @@ class GangTask(Supervisor):
             self._pause(POLL_S * 5)
 
     def _renew_job_lease(self) -> bool:
-        """Worker 0 before its process starts and after it ends: the job's lease alone."""
+        """Worker 0 before its process starts and after it ends: the job's lease alone
+        (the base renewal, without this worker's row). False: fenced out."""
         now = time.monotonic()
         if now - self._job_renewed < self.ctx.settings.lease_s / 3:
             return True
-        try:
-            with self.ctx.db.write() as s:
-                held = attempts.renew(s, self.spec.job_id, self.spec.attempt, self.slice,
-                                      self.ctx.settings.lease_s).held
-        except Exception as e:
-            if not is_outage(e):
-                raise
-            return True  # the next try; the reaper waits out the lease
+        spec = self.spec
+        lease = self._renewing(lambda s: attempts.renew(
+            s, spec.job_id, spec.attempt, self.slice, self.ctx.settings.lease_s))
+        if lease is None:
+            return True  # the database is away: try again; the reaper waits out the lease
         self._job_renewed = now
-        return held
+        return lease.held
 
     def _end_attempt(self, end: Ending) -> None:
-        spec = self.spec
-        progress = outcome.last_progress(outcome.progress_path(self.log_path))
-        self._write(lambda: outcome.record(self.ctx.db, spec.job_id, spec.attempt, self.slice,
-                                           end, progress=progress,
-                                           retry_backoff_s=self.ctx.settings.retry_backoff_s),
-                    "recording the end of")
-        log.info("job %s attempt %s (slice %s): %s: %s", spec.job_id, spec.attempt, self.slice,
-                 end.outcome.value, end.reason)
+        self._record_end(end)
         self.host.gang_news()
-
-
-def _with_lease(spec: AttemptSpec, until: float) -> AttemptSpec:
-    import dataclasses
-
-    return dataclasses.replace(spec, lease_until=until)

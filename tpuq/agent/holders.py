@@ -276,3 +276,8 @@ def kill_and_wait(pids_with_ticks: list[tuple[int, int]], timeout: float) -> lis
 
 def describe(p: ProcInfo) -> str:
     return f"pid {p.pid} ({p.user}): {p.cmdline}"
+
+
+def held_by(foreign: list[ProcInfo]) -> str:
+    """Why a host takes no job: the processes tpuq did not start that hold its TPU."""
+    return "TPU held by " + "; ".join(describe(p) for p in foreign)

@@ -24,6 +24,7 @@ from tpuq.agent.localapi import LocalApi
 from tpuq.agent.localsock import LocalSocketServer
 from tpuq.agent.metadata import MaintenanceWatcher, read_topology
 from tpuq.agent.notices import NoticePolicy
+from tpuq.agent.notifier import Notifier
 from tpuq.agent.reserve import Reserve
 from tpuq.agent.signals import StopSignals
 from tpuq.agent.tickers import Ticker
@@ -92,6 +93,7 @@ class Agent:
         self.executor = Executor(settings, db, self.held, boot_id=self.boot_id, chips=chips,
                                  tpu_type=self.tpu_type, on_change=self.wake_scheduler)
         self.executor.gang_news = self.announce
+        self.executor.in_slice = self.seat is not None
         # leader lease holder = the host name, not host:pid: a restarted agent resumes its
         # own lease at once, and only one agent holds a host name (hosts.register)
         self.scheduler = Scheduler(db, settings, self.name, dispatch=self.dispatch,
@@ -152,8 +154,8 @@ class Agent:
     # ---- what the Celery tasks ask (tpuq.queue.tasks.Host) ----------------------------------
     def run_attempt(self, job_id: int, attempt: int) -> str:
         sup = (self.executor.start_attempt(job_id, attempt)
-               or self.executor.start_gang(job_id, attempt)
-               or self.executor.supervisor(job_id, attempt))
+               or self.executor.supervisor(job_id, attempt)  # a late doorbell: join it
+               or self.executor.start_gang(job_id, attempt))
         if sup is None:
             return "stale or duplicate doorbell"
         sup.join()
@@ -216,6 +218,7 @@ class Agent:
             Ticker("reaper", max(cfg.lease_s / 3, 0.2), self.scheduler.reap),
             Ticker("heartbeat", cfg.heartbeat_s, self._heartbeat),
             Ticker("tpu-logs", 3600, lambda: libtpu.trim_tpu_logs(cfg.tpu_logs_dir)),
+            Ticker("notifier", cfg.notify_poll_s, Notifier(cfg, self.db, self.name).run_once),
         ]
         for t in self.tickers:
             t.start()
@@ -317,22 +320,20 @@ class Agent:
     def preempt_all(self, why: str) -> None:
         self.executor.accepting = False
         with self.db.write() as s:
-            for job, att in attempts.active_on_host(s, self.name):
-                if job.state == JobState.ASSIGNED.value:
-                    attempts.finish(s, job.id, att.number, self.name,
-                                    Ending(Outcome.PREEMPTED, f"{why} before start"),
-                                    retry_backoff_s=self.settings.retry_backoff_s)
-                else:
-                    jobs.request_stop(s, job.id, "agent", StopRequest.PREEMPT, why=why)
-            for job_id, attempt, worker, state in gangs.active_on_host(s, self.name):
-                # a notice on any worker's host stops the whole gang
-                why_w = f"{why} (worker {worker}, {self.name})"
+            mine: list[tuple[int, int, str | None, str, str]] = [
+                (job.id, att.number, self.name, job.state, why)
+                for job, att in attempts.active_on_host(s, self.name)]
+            # a slice job with a worker here: the notice stops the whole gang (its job
+            # row is fenced on the slice, so the attempt alone guards it)
+            mine += [(job_id, attempt, None, state, f"{why} (worker {worker}, {self.name})")
+                     for job_id, attempt, worker, state in gangs.active_on_host(s, self.name)]
+            for job_id, attempt, host, state, reason in mine:
                 if state == JobState.ASSIGNED.value:
-                    attempts.finish(s, job_id, attempt, None,
-                                    Ending(Outcome.PREEMPTED, f"{why_w} before start"),
+                    attempts.finish(s, job_id, attempt, host,
+                                    Ending(Outcome.PREEMPTED, f"{reason} before start"),
                                     retry_backoff_s=self.settings.retry_backoff_s)
                 else:
-                    jobs.request_stop(s, job_id, "agent", StopRequest.PREEMPT, why=why_w)
+                    jobs.request_stop(s, job_id, "agent", StopRequest.PREEMPT, why=reason)
         for sup in self.executor.supervisors():
             sup.notify()
 

@@ -10,7 +10,7 @@ import os
 import stat
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from tpuq.agent import exits
 from tpuq.state import attempts
@@ -73,7 +73,7 @@ def read_exit(log_path: str) -> dict[str, Any] | None:
 
 
 def record(db: Database, job_id: int, attempt: int, host: str, end: Ending, *,
-           progress: tuple[int, float] | None, retry_backoff_s: float) -> None:
+           progress: Progress | None, retry_backoff_s: float) -> None:
     """One transaction: the last reported step, then the end (fenced: nothing changes)."""
     with db.write() as s:
         if progress is not None:
@@ -106,7 +106,32 @@ def record_unattended(job_id: int, attempt: int, host: str, log_path: str,
         db.dispose()
 
 
-def last_progress(path: str) -> tuple[int, float] | None:
+class Progress(NamedTuple):
+    """The last step a job reported, when, the total it gave (if any) and when it
+    should reach that total at the rate of its reports still in the file's tail."""
+
+    step: int
+    at: float
+    total: int | None = None
+    eta_at: float | None = None
+
+
+def progress_of(records: list[tuple[int, float, int | None]]) -> Progress | None:
+    """From the (step, time, total) reports in file order: the last, and an ETA from the
+    oldest one of this attempt's run that is before it (the rate since then)."""
+    if not records:
+        return None
+    step, at, total = records[-1]
+    eta = None
+    if total is not None and total > step:
+        first = next(((s, t) for s, t, _ in records if s < step and t < at), None)
+        if first is not None:
+            rate = (step - first[0]) / (at - first[1])
+            eta = at + (total - step) / rate
+    return Progress(step, at, total, eta)
+
+
+def last_progress(path: str) -> Progress | None:
     """The last step the job reported through tpuq.job.checkpointed().
 
     The job writes this file (as its owner, under TPUQ_RUN_AS=owner): read only its
@@ -122,10 +147,17 @@ def last_progress(path: str) -> tuple[int, float] | None:
             return None
         f.seek(max(0, st.st_size - PROGRESS_TAIL))
         lines = f.read(PROGRESS_TAIL).splitlines()
-    for line in reversed(lines):
+    records = []
+    for line in lines:
         try:
             rec = json.loads(line)
-            return int(rec["step"]), float(rec["time"])
-        except (ValueError, KeyError, TypeError, IndexError, RecursionError):
+            total = rec.get("total")
+            records.append((int(rec["step"]), float(rec["time"]),
+                            None if total is None else int(total)))
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError,
+                RecursionError, OverflowError):
             continue
-    return None
+    try:
+        return progress_of(records)
+    except (ArithmeticError, ValueError):
+        return Progress(*records[-1])

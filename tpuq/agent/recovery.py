@@ -68,7 +68,7 @@ def recover(executor: Executor, boot_id: str) -> None:
     _end_gang_tasks(executor)
     foreign = executor.clear_holders(tuple(executor.chips))
     if foreign:
-        reason = "TPU held by " + "; ".join(holders.describe(p) for p in foreign)
+        reason = holders.held_by(foreign)
         with db.write() as s:
             executor.held.set_busy(s, reason)
         log.warning("%s: no job starts until it exits", reason)
@@ -97,13 +97,9 @@ def _end_gang_tasks(executor: Executor) -> None:
 
 def _spec(job: Any, att: Any, now: float) -> AttemptSpec:
     """The attempt as the supervisor needs it, from the database (adoption)."""
-    return AttemptSpec(job_id=job.id, attempt=att.number, chips=tuple(att.chips),
-                       command=tuple(job.command), cwd=job.cwd, env=dict(job.env),
-                       stop_signal=job.stop_signal, grace_s=job.grace_s,
-                       time_limit_s=job.time_limit_s, tcmalloc=job.tcmalloc,
-                       resumed=att.number > 1, owner=job.owner,
-                       lease_until=keepers.clock(),  # renewed at once on adoption
-                       elapsed_s=max(0.0, now - (att.started_at or now)))
+    return AttemptSpec.of(job, job.id, att.number, chips=tuple(att.chips),
+                          lease_until=keepers.clock(),  # renewed at once on adoption
+                          elapsed_s=max(0.0, now - (att.started_at or now)))
 
 
 def _stop_strays(executor: Executor, adopted: set[tuple[int, int]]) -> None:

@@ -20,10 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from tpuq.agent import identity, outcome
+from tpuq import runfn
+from tpuq.agent import functionjob, identity, outcome
 from tpuq.agent.deadlines import AttemptDeadlines, Verdict
 from tpuq.agent.keeper import Launch
 from tpuq.agent.keepers import KeeperGone, KeeperLink, KeeperServer, clock
+from tpuq.agent.outcome import Progress
 from tpuq.settings import Settings
 from tpuq.state import attempts, jobs
 from tpuq.state.attempts import Ending
@@ -59,6 +61,21 @@ class AttemptSpec:
     @property
     def worker(self) -> int | None:
         return None if self.gang is None else self.gang[0]
+
+    @property
+    def runs_function(self) -> bool:
+        """A function job (tpuq.client.submit(fn)): its call is written before the
+        start, its outcome stored after the end (functionjob.py)."""
+        return runfn.is_function_command(self.command)
+
+    @classmethod
+    def of(cls, job: Any, job_id: int, attempt: int, **more: Any) -> AttemptSpec:
+        """The attempt of a job row (or object) with attempts.RUN_COLUMNS; `more`: the
+        chips, the lease and anything else the attempt adds."""
+        return cls(job_id=job_id, attempt=attempt, command=tuple(job.command), cwd=job.cwd,
+                   env=dict(job.env), stop_signal=job.stop_signal, grace_s=job.grace_s,
+                   time_limit_s=job.time_limit_s, tcmalloc=job.tcmalloc,
+                   resumed=attempt > 1, owner=job.owner, **more)
 
 
 class HostContext(Protocol):
@@ -100,7 +117,7 @@ class Supervisor(threading.Thread):
         self.spec = spec
         self.link: KeeperLink | None = None
         self.pid: int | None = None
-        self._progress_shown: tuple[int, float] | None = None  # last step written live
+        self._progress_shown: outcome.Progress | None = None  # last step written live
         self._adopted = adopted
         self._wake_r, self._wake_w = os.pipe()
         self._kill_now = False
@@ -169,6 +186,9 @@ class Supervisor(threading.Thread):
             ended = self._wait()
         if ended is None:  # handed over, or fenced out in the database
             return
+        if spec.runs_function:
+            self._write(lambda: functionjob.stage_out(self.ctx.db, spec.job_id, spec.attempt,
+                                                      self.log_path), "storing its result")
         self._finish(outcome.ending_of(ended, self.log_path,
                                        self.ctx.tpu_busy))
         self.link.send(op="collected")
@@ -179,6 +199,8 @@ class Supervisor(threading.Thread):
         log_path = self.log_path
         env = ctx.attempt_env(spec, outcome.progress_path(log_path))
         argv, cwd = list(spec.command), spec.cwd
+        if spec.runs_function:
+            env.update(functionjob.stage_in(ctx.db, spec.job_id, log_path))
         owner: dict[str, Any] = {}
         if ctx.settings.run_as == "owner":
             acct = identity.account(spec.owner, ctx.settings.run_as_min_uid)
@@ -203,6 +225,9 @@ class Supervisor(threading.Thread):
         with open(progress, "ab"):
             pass
         acct.give(progress)
+        if self.spec.runs_function:
+            for path in functionjob.paths(self.log_path):
+                acct.give(path)
 
     def _first(self, msg: dict[str, Any]) -> dict[str, Any] | None:
         """What the keeper said first: its job's process (recorded), or that it ended."""
@@ -304,26 +329,39 @@ class Supervisor(threading.Thread):
                 "error": "its keeper died; the attempt's end is unknown (requeued)",
                 "host_error": True}
 
+    @property
+    def fence_host(self) -> str:
+        """The `host` the job's row names while this attempt holds it (a slice job's: its
+        slice): every write of the job is fenced on it."""
+        return self.ctx.name
+
     def _renew(self) -> attempts.Lease | None:
         """The lease renewed, or None while the database is unavailable."""
-        spec = self.spec
-        progress = outcome.last_progress(
-            outcome.progress_path(self.log_path))
+        progress = outcome.last_progress(outcome.progress_path(self.log_path))
+        return self._renewing(lambda s: self._lease_in(s, progress))
+
+    def _renewing(self, renew: Callable[[Any], attempts.Lease]) -> attempts.Lease | None:
+        """One renewal's transaction, or None while the database is unavailable."""
         try:
             with self.ctx.db.write() as s:
-                lease = attempts.renew(s, spec.job_id, spec.attempt, self.ctx.name,
-                                       self.ctx.settings.lease_s)
-                if lease.held and progress is not None and progress != self._progress_shown:
-                    # live progress for `status`/`show`, in the renewal's transaction
-                    attempts.record_progress(s, spec.job_id, spec.attempt, *progress)
-                    self._progress_shown = progress
-                return lease
+                return renew(s)
         except Exception as e:
             if not is_outage(e):
                 raise
-            log.warning("job %s: lease not renewed, database unavailable: %s", spec.job_id,
-                        str(e).splitlines()[0][:200])
+            log.warning("job %s: lease not renewed, database unavailable: %s",
+                        self.spec.job_id, str(e).splitlines()[0][:200])
             return None
+
+    def _lease_in(self, s: Any, progress: Progress | None) -> attempts.Lease:
+        """The renewal's writes, in its transaction: the job's lease, and the step the job
+        last reported (live progress for `status`/`show`)."""
+        spec = self.spec
+        lease = attempts.renew(s, spec.job_id, spec.attempt, self.fence_host,
+                               self.ctx.settings.lease_s)
+        if lease.held and progress is not None and progress != self._progress_shown:
+            attempts.record_progress(s, spec.job_id, spec.attempt, *progress)
+            self._progress_shown = progress
+        return lease
 
     def _retry_cap(self) -> float:
         """Retry writes well within a lease, so the reaper never takes a live job."""
@@ -342,15 +380,18 @@ class Supervisor(threading.Thread):
 
     # ---- the end ------------------------------------------------------------------------
     def _finish(self, end: Ending) -> None:
+        self._record_end(end)
+        self.ending = end
+
+    def _record_end(self, end: Ending) -> None:
+        """The attempt's end and the last step the job reported, in one transaction."""
         spec = self.spec
-        progress = outcome.last_progress(
-            outcome.progress_path(self.log_path))
+        progress = outcome.last_progress(outcome.progress_path(self.log_path))
         # the outcome must reach the database, however long it is away
         self._write(lambda: outcome.record(self.ctx.db, spec.job_id, spec.attempt,
-                                           self.ctx.name, end, progress=progress,
+                                           self.fence_host, end, progress=progress,
                                            retry_backoff_s=self.ctx.settings.retry_backoff_s),
                     "recording the end of")
-        self.ending = end
         status = f"exit {end.exit_code}" if end.exit_code is not None else \
             f"signal {end.exit_signal}" if end.exit_signal is not None else "no exit status"
         log.info("job %s attempt %s: %s (%s): %s", spec.job_id, spec.attempt,

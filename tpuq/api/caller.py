@@ -9,6 +9,7 @@ deployment (the `admins` table); root and the agent's own user are admins on the
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from tpuq.protocol import Failure
 
@@ -38,6 +39,20 @@ def forbidden(message: str) -> Denied:
 
 def not_found(message: str) -> Denied:
     return Denied(Failure.NOT_FOUND, message)
+
+
+def owned_job(s: Any, caller: Caller, job_id: int, what: str) -> Any:
+    """The job's row (queries.JOB_COLUMNS) when the caller may read `what` of it (its
+    output, its result): its owner or an admin; else not found, or forbidden."""
+    from tpuq.state import queries
+
+    row = queries.job(s, job_id)
+    if row is None:
+        raise not_found(f"job {job_id} does not exist")
+    if not caller.owns(row.owner):
+        raise forbidden(f"job {job_id}'s {what} is {row.owner}'s; only its owner or an "
+                        "admin may read it")
+    return row
 
 
 def require_admin(caller: Caller, what: str) -> None:

@@ -8,6 +8,8 @@ are its owner's and the admins'.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -15,9 +17,9 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from tpuq import arrays
+from tpuq import arrays, runfn
 from tpuq.api import logs, views
-from tpuq.api.caller import Caller, Denied, not_found, require_admin
+from tpuq.api.caller import Caller, Denied, not_found, owned_job, require_admin
 from tpuq.protocol import (
     Action,
     AdminSet,
@@ -35,10 +37,12 @@ from tpuq.protocol import (
     QuotaReport,
     QuotaSet,
     ReadLog,
+    ReadResult,
     Refusal,
     Reply,
     Request,
     Resubmit,
+    ResultChunk,
     Results,
     Rows,
     ShowJob,
@@ -54,11 +58,13 @@ from tpuq.state import (
     admission,
     attempts,
     deps,
+    functions,
     gangs,
     history,
     hosts,
     jobs,
     outage,
+    outbox,
     queries,
     teams,
     usage,
@@ -67,6 +73,7 @@ from tpuq.state.db import Database
 from tpuq.state.states import StopRequest
 
 log = logging.getLogger("tpuq.api")
+RESULT_CHUNK = 512 * 1024  # bytes of a function's outcome per reply (base64 stays < 1 MiB)
 Reasons = Callable[[], Mapping[int, str]]  # job id -> why it waits
 _JOB_ACTIONS: dict[Action, Callable[[Session, int, str], jobs.Result]] = {
     Action.CANCEL: jobs.cancel, Action.PREEMPT: jobs.preempt,
@@ -90,6 +97,7 @@ class Api:
             Resubmit: self.resubmit, Drain: self.drain, ForgetHost: self.forget_host,
             QuotaReport: self.quota, History: self.history, Update: self.update,
             QuotaSet: self.quota_set, Membership: self.membership, AdminSet: self.admin_set,
+            ReadResult: self.read_result,
         }
 
     def handle(self, req: Request, caller: Caller) -> Reply:
@@ -122,9 +130,25 @@ class Api:
                                           held=req.held)
             else:
                 tasks = [jobs.submit(s, spec, actor=caller.name, held=req.held)]
+            if req.function:
+                functions.store_payload(s, tasks[0], _function_payload(req, spec))
             for task in tasks:
                 deps.add(s, task, req.after, req.after_any)
         return Submitted(id=tasks[0], tasks=tasks if req.array else [], warnings=warnings)
+
+    def read_result(self, req: ReadResult, caller: Caller) -> Reply:
+        with self.db.read() as s:
+            row = owned_job(s, caller, req.id, "result")
+            fn = functions.result_of(s, req.id)
+        if fn is None:
+            raise not_found(f"job {req.id} is not a function job (tpuq.client.submit(fn))")
+        data = fn.result
+        if data is None:
+            return ResultChunk(state=row.state)
+        start = max(0, req.offset)
+        chunk = data[start:start + RESULT_CHUNK]
+        return ResultChunk(state=row.state, size=len(data),
+                           data=base64.b64encode(chunk).decode())
 
     def list_jobs(self, req: ListJobs, caller: Caller) -> Reply:
         with self.db.read() as s:
@@ -149,12 +173,14 @@ class Api:
             atts = queries.attempts_of(s, req.id)
             events = queries.events_of(s, req.id)
             gang = gangs.workers_of(s, [req.id]).get(req.id, [])
+            told = outbox.of_jobs(s, [req.id]).get(req.id, [])
         waiting = self.reasons().get(req.id) if row.state == "queued" else None
         obj = views.job_object(row, caller, env=env, waiting=waiting)
         obj["attempt_list"] = [views.attempt_object(a) for a in atts]
         if gang:  # a slice job: its current attempt's workers
             obj["worker_list"] = [views.worker_object(w) for w in gang]
         obj["events"] = [views.event_object(e) for e in events]
+        obj["notifications"] = [views.notification_object(n) for n in told]
         return JobDetail(job=obj)
 
     def read_log(self, req: ReadLog, caller: Caller) -> Reply:
@@ -202,7 +228,8 @@ class Api:
             if req.dry_run or not ids:
                 return Done(message="nothing to resubmit" if not ids else
                             "would resubmit jobs " + " ".join(map(str, ids)))
-            results = jobs.resubmit(s, ids, caller.name, req.env)
+            results = jobs.resubmit(s, ids, caller.name, req.env,
+                                    notify=(req.notify, req.notify_to))
         return Results(results=[_result(r) for r in results])
 
     # ---- hosts, quotas, admins (admins only) ---------------------------------------------------
@@ -282,3 +309,22 @@ def _result(r: jobs.Result, kind: Failure | None = None) -> dict[str, Any]:
         kind = Failure.NOT_FOUND if r.message == "does not exist" else Failure.CONFLICT
     return {"id": r.job_id, "ok": r.ok, "message": r.message,
             "kind": None if kind is None else kind.value}
+
+
+def _function_payload(req: Submit, spec: JobSpec) -> bytes:
+    """A function job's pickled call, checked: SpecError for what cannot run."""
+    if req.array:
+        raise SpecError("a function job is one call: submit one per argument set")
+    if spec.workers is not None:
+        raise SpecError(f"a function job runs on one host; a {spec.tpu_type} job runs a "
+                        "script on each of its workers")
+    if not runfn.is_function_command(spec.command):
+        raise SpecError("a function job's command is [python, '-m', 'tpuq.runfn']")
+    try:
+        payload = base64.b64decode(req.function, validate=True)
+    except (binascii.Error, ValueError):
+        raise SpecError("the function is not base64") from None
+    refused = runfn.too_big(payload)
+    if refused:
+        raise SpecError(refused)
+    return payload

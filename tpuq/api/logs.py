@@ -13,12 +13,13 @@ from there: "f:<offset>" in a file, "s:<entry>:<offset>" in a stream, "end" when
 from __future__ import annotations
 
 import base64
+from types import SimpleNamespace
 from typing import Any
 
-from tpuq.api.caller import Caller, forbidden, not_found
+from tpuq.api.caller import Caller, not_found, owned_job
 from tpuq.protocol import LogChunk, ReadLog
 from tpuq.settings import Settings
-from tpuq.state import queries
+from tpuq.state import gangs, queries
 from tpuq.state.db import Database
 
 MAX_CHUNK = 512 * 1024  # bytes of output per reply (base64 in JSON stays under 1 MiB)
@@ -27,14 +28,10 @@ SETTLE_S = 3.0  # an attempt over this long has had its end marker shipped, if e
 
 def read(settings: Settings, db: Database, here: str, req: ReadLog, caller: Caller) -> LogChunk:
     with db.read() as s:
-        row = queries.job(s, req.id)
-        if row is None:
-            raise not_found(f"job {req.id} does not exist")
-        if not caller.owns(row.owner):
-            raise forbidden(f"job {req.id}'s output is {row.owner}'s; only its owner or an "
-                            "admin may read it")
+        row = owned_job(s, caller, req.id, "output")
         atts = queries.attempts_of(s, req.id)
         now = queries.now(s)
+        worker_logs = gangs.log_paths(s, req.id) if req.worker not in (None, 0) else {}
     numbers = [a.number for a in atts]
     if req.attempt is not None:
         if req.attempt not in numbers:
@@ -43,10 +40,7 @@ def read(settings: Settings, db: Database, here: str, req: ReadLog, caller: Call
             raise not_found(f"job {req.id} has no attempt {req.attempt}: {have}")
         atts = [a for a in atts if a.number == req.attempt]
     reader = _Reader(settings, here, req, now)
-    shown = atts
-    if req.worker not in (None, 0):  # a slice job's other workers
-        with db.read() as s:
-            shown = _workers_of(s, req, atts)
+    shown = atts if req.worker in (None, 0) else _workers_of(req, atts, worker_logs)
     for a in shown:
         if not reader.attempt(a):
             break
@@ -58,15 +52,12 @@ def read(settings: Settings, db: Database, here: str, req: ReadLog, caller: Call
                     reason=row.reason or "", outcomes=outcomes)
 
 
-def _workers_of(s: Any, req: ReadLog, atts: Any) -> list[Any]:
+def _workers_of(req: ReadLog, atts: Any, logs: dict[tuple[int, int], tuple[str, str | None]]
+                ) -> list[Any]:
     """A slice job's attempts as one log per worker (the `worker` asked, or all of them)."""
-    from types import SimpleNamespace
-
-    from tpuq.state import gangs
-
     out = []
     for a in atts:
-        for w, (host, path) in sorted(gangs.log_paths(s, req.id, a.number).items()):
+        for (_, w), (host, path) in sorted(i for i in logs.items() if i[0][0] == a.number):
             if req.worker in (-1, w):
                 out.append(SimpleNamespace(number=a.number, host=host, log_path=path,
                                            ended_at=a.ended_at, worker=w))

@@ -29,11 +29,13 @@ def job_object(row: Any, viewer: Caller, env: Mapping[str, str] | None = None,
         "ended_at": row.ended_at, "reason": row.reason, "waiting_for": waiting,
         "resubmit_of": row.resubmit_of, "stop_signal": row.stop_signal,
         "grace_s": row.grace_s, "time_limit_s": row.time_limit_s,
-        "stop_request": row.stop_request,
+        "stop_request": row.stop_request, "notify": row.notify,
         "array_id": row.array_id, "array_index": row.array_index,
         "started_at": getattr(current, "started_at", None),
         "step": getattr(current, "checkpoint_step", None),
         "step_at": getattr(current, "checkpoint_at", None),
+        "total": getattr(current, "checkpoint_total", None),
+        "eta_at": getattr(current, "eta_at", None),
     }
     if env is not None:
         obj["env"] = dict(env) if viewer.owns(row.owner) else dict.fromkeys(env, HIDDEN)
@@ -45,7 +47,14 @@ def attempt_object(a: Any) -> dict[str, Any]:
             "boot_id": a.boot_id, "started_at": a.started_at, "ended_at": a.ended_at,
             "outcome": a.outcome, "exit_code": a.exit_code, "exit_signal": a.exit_signal,
             "reason": a.reason, "log_path": a.log_path, "checkpoint_step": a.checkpoint_step,
-            "checkpoint_at": a.checkpoint_at}
+            "checkpoint_at": a.checkpoint_at, "checkpoint_total": a.checkpoint_total,
+            "eta_at": a.eta_at}
+
+
+def notification_object(n: Any) -> dict[str, Any]:
+    """One message to the job's owner (its destinations are never shown: tokens)."""
+    return {"event": n.event, "state": n.state, "tries": n.tries, "at": n.created_at,
+            "sent_at": n.sent_at, "error": n.last_error}
 
 
 def event_object(e: Any) -> dict[str, Any]:

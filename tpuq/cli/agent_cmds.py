@@ -91,6 +91,7 @@ def config(as_json: bool) -> None:
 
     cfg, sources = load_with_sources()
     values = {k: masked(v) if isinstance(v, str) else v for k, v in dataclasses.asdict(cfg).items()}
+    values["notify_to"] = " ".join(f"{u.split('://', 1)[0]}://***" for u in cfg.notify_to.split())
     if not cfg.database_url:
         values["database_url"] = f"{masked(cfg.db_url)} (embedded)"
     if as_json:

@@ -182,8 +182,10 @@ def resubmit(job_ids: tuple[int, ...], failed: bool, since: str | None, dry_run:
         horizon = time.time() - parse_duration(since) if since else None
     except SpecError as e:
         raise UserError(str(e)) from None
+    cfg = context.settings()
     req = Resubmit(ids=list(job_ids), failed=failed, failed_since=horizon, dry_run=dry_run,
-                   env=jobenv.capture(os.environ, ()))
+                   env=jobenv.capture(os.environ, ()), notify=cfg.notify or None,
+                   notify_to=cfg.notify_to or None)
     reply = context.client().call(req)
     if isinstance(reply, Refusal):
         raise Refused(reply.kind, reply.error)

@@ -55,10 +55,11 @@ def logs(job_id: int, follow: bool, attempt: int | None, tail: int | None,
             click.echo(f"tpuq: {note}", err=True)
         if chunk.pieces:
             continue  # more may be waiting: ask again at once
-        out.flush_lines()
-        out.flush_tail()
         if not follow or chunk.ended:
+            out.flush_lines()  # a worker's unfinished last line, only once nothing follows
+            out.flush_tail()
             break
+        out.flush_tail()
         time.sleep(FOLLOW_POLL_S)
     _after(job_id, chunk, out.printed, follow)
 

@@ -7,6 +7,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from tpuq.spec import show_duration
+
+duration = show_duration  # ages and runtimes in every table
+
 
 def ago(t: float | None, now: float | None = None) -> str:
     if t is None:
@@ -14,17 +18,6 @@ def ago(t: float | None, now: float | None = None) -> str:
     return duration((now or time.time()) - t)
 
 
-def duration(s: float | None) -> str:
-    if s is None:
-        return "-"
-    s = max(0.0, s)
-    if s < 60:
-        return f"{s:.0f}s" if s >= 10 else f"{s:.1f}s"
-    if s < 3600:
-        return f"{s // 60:.0f}m{s % 60:02.0f}s"
-    if s < 86400:
-        return f"{s // 3600:.0f}h{(s % 3600) // 60:02.0f}m"
-    return f"{s // 86400:.0f}d{(s % 86400) // 3600:02.0f}h"
 
 
 def clock(t: float | None) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import click
@@ -34,6 +35,15 @@ def show(job_id: int, as_json: bool) -> None:
                 f", signal {w['exit_signal']}" if w["exit_signal"] is not None else ""
             click.echo(f"  w{w['worker']}  {w['host']}  pid {w['pid'] or '-'}  {how}{code}"
                        f"{'  ' + w['reason'] if w['reason'] else ''}")
+    if job.get("notifications"):
+        click.echo("\nnotifications:")
+        for n in job["notifications"]:
+            how = {"sent": f"sent {render.clock(n['sent_at'])}",
+                   "pending": f"pending (tried {n['tries']} times)" if n["tries"] else "pending",
+                   "failed": f"FAILED after {n['tries']} tries", "skipped": "nothing to tell"
+                   }.get(n["state"], n["state"])
+            err = f": {n['error']}" if n["error"] and n["state"] != "skipped" else ""
+            click.echo(f"  {render.clock(n['at'])}  {n['event']}  {how}{err}")
     click.echo("\ntimeline:")
     for e in job["events"]:
         frm = f"{e['from']} -> " if e["from"] else ""
@@ -55,6 +65,8 @@ def _spec_text(job: dict[str, Any]) -> str:
         f"  failures  {job['failures']} (retried {min(job['failures'], job['max_retries'])} of "
         f"{job['max_retries']} allowed); preempted {job['preemptions']} times",
     ]
+    if job.get("notify"):
+        lines.append(f"  notify    {job['notify']}")
     if job["env"]:
         names = sorted(job["env"])
         more = f", ... ({len(names)} in all; --json lists them)" if len(names) > 8 else ""
@@ -69,7 +81,8 @@ def _spec_text(job: dict[str, Any]) -> str:
 
 
 def _attempt_line(a: dict[str, Any]) -> str:
-    ran = (a["ended_at"] - a["started_at"]) if a["started_at"] and a["ended_at"] else None
+    end = a["ended_at"] or (time.time() if a["started_at"] and a["outcome"] is None else None)
+    ran = end - a["started_at"] if a["started_at"] and end else None
     text = (f"#{a['number']} {a['host']} chips {','.join(map(str, a['chips']))}  "
             f"pid {a['pid'] or '-'}  started {render.clock(a['started_at'])}  "
             f"ran {render.duration(ran)}  {a['outcome'] or 'running'}: {a['reason'] or ''}")
@@ -83,7 +96,11 @@ def _attempt_line(a: dict[str, Any]) -> str:
         else:
             text += ", no checkpoint reported (tpuq.job.checkpointed)"
     elif step is not None:
-        text += f"\n      last checkpoint step {step}"
+        total = a.get("checkpoint_total")
+        text += (f"\n      last checkpoint step {step}{f'/{total}' if total else ''} at "
+                 f"{render.clock(step_at)} ({render.ago(step_at)} ago)")
+        if a["outcome"] is None and a.get("eta_at"):
+            text += f", ETA {render.duration(a['eta_at'] - time.time())}"
     return text
 
 

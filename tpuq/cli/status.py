@@ -16,30 +16,20 @@ from typing import Any
 import click
 
 from tpuq.cli import context, render
+from tpuq.spec import job_label
 
 STATES = ("queued", "held", "assigned", "running", "preempting", "succeeded", "failed",
           "cancelled", "timeout")
-PYTHONS = ("python", "python3")
 PIPE_WIDTH = 1000  # no terminal: rows are not cut (scripts should read --json)
 
 
 def job_name(j: dict[str, Any]) -> str:
     """The job's --name, else its script's (or its command's) file name; an array's
     task gets its index: `sweep.py[7]`."""
-    base = _base_name(j)
+    base = job_label(j.get("name"), j["command"])
     if j.get("array_index") is not None and not j.get("tasks"):
         return f"{base}[{j['array_index']}]"
     return base
-
-
-def _base_name(j: dict[str, Any]) -> str:
-    if j.get("name"):
-        return str(j["name"])
-    cmd = [str(c) for c in j["command"] or ["?"]]
-    first = os.path.basename(cmd[0])
-    if first.startswith(PYTHONS) and len(cmd) > 1 and not cmd[1].startswith("-"):
-        return os.path.basename(cmd[1])
-    return first
 
 
 def shown_state(j: dict[str, Any]) -> str:
@@ -49,10 +39,15 @@ def shown_state(j: dict[str, Any]) -> str:
 
 
 def progress(j: dict[str, Any], now: float) -> str:
+    """The last step reported (of a total, if the job gave one) and, for a running job
+    that gave a total, when it should end; else how long ago it reported."""
     if j.get("step") is None:
         return "-"
-    return f"step {j['step']}" + (f" ({render.ago(j['step_at'], now)} ago)"
-                                  if j.get("step_at") else "")
+    total = j.get("total")
+    text = f"step {j['step']}/{total}" if total else f"step {j['step']}"
+    if total and j.get("eta_at") and j["state"] in ("running", "preempting"):
+        return f"{text}, ETA {render.duration(j['eta_at'] - now)}"
+    return text + (f" ({render.ago(j['step_at'], now)} ago)" if j.get("step_at") else "")
 
 
 def age(j: dict[str, Any], now: float) -> str:
@@ -226,7 +221,7 @@ def _view(jobs: list[dict[str, Any]], hosts: list[dict[str, Any]], now: float,
     return Group(top, Text(""), bottom)
 
 
-CAPS = {"NAME": 28, "USER": 16, "TEAM": 16, "HOST": 20, "PROGRESS": 24, "COMMAND": 60,
+CAPS = {"NAME": 28, "USER": 16, "TEAM": 16, "HOST": 20, "PROGRESS": 30, "COMMAND": 60,
         "JOBS": 24}
 GAP = 2  # spaces between columns
 MIN_FLEX = 12  # the flexible column (REASON, STATE of a host) is dropped below this

@@ -19,7 +19,7 @@ from tpuq import arrays, jobenv
 from tpuq.cli import context
 from tpuq.cli.args import JOB_ID
 from tpuq.cli.errors import UserError
-from tpuq.spec import JobSpec, SpecError, parse_duration
+from tpuq.spec import JobSpec, SpecError, notify_asked, parse_duration
 
 if TYPE_CHECKING:
     from tpuq.settings import Settings
@@ -33,10 +33,23 @@ def submitter_python() -> str:
     return shutil.which("python3") or shutil.which("python") or sys.executable
 
 
+def _did_you_mean(option: str) -> str:
+    """`--chip` -> " (did you mean --chips?)": submit takes unknown options as the
+    command's words, so Click's own suggestion never runs for them."""
+    import difflib
+
+    ctx = click.get_current_context(silent=True)
+    names = [n for p in (ctx.command.params if ctx else []) for n in getattr(p, "opts", [])
+             if n.startswith("--")]
+    close = difflib.get_close_matches(option.split("=", 1)[0], names, n=1, cutoff=0.7)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
 def build_command(args: tuple[str, ...], python: str | None) -> list[str]:
     first = args[0]
     if first.startswith("-"):
-        raise UserError(f"no such option: {first} (see `tpuq submit --help`)")
+        raise UserError(f"no such option: {first}{_did_you_mean(first)} "
+                        "(see `tpuq submit --help`)")
     if first.endswith(".py"):
         if not os.path.isfile(first):
             raise UserError(f"script not found: {first}")
@@ -97,6 +110,14 @@ def build_command(args: tuple[str, ...], python: str | None) -> list[str]:
 @click.option("--args-file", type=click.File("r"), metavar="FILE",
               help="Queue one task per line of FILE, the line's words appended to the "
                    "command (TPUQ_ARRAY_INDEX = the line's number from 0; # comments).")
+@click.option("--notify", "notify", metavar="end|fail|preempt|all|none", envvar="TPUQ_NOTIFY",
+              help="Tell me when the job ends, fails (or times out), or is preempted more "
+                   "than TPUQ_NOTIFY_PREEMPTS times; comma separated (default: notify in the "
+                   "config file; end when only a destination is given).")
+@click.option("--notify-to", "notify_to", multiple=True, metavar="URL", envvar="TPUQ_NOTIFY_TO",
+              help="Where to tell: an Apprise URL, e.g. mailto://user:pass@example.org, "
+                   "slack://A/B/C, discord://ID/TOKEN, json://host/path (default: notify_to "
+                   "in the config file). Repeatable.")
 @click.option("--wait", "wait_end", is_flag=True,
               help="Wait until the job ends; exit with its outcome as `tpuq wait` does.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the job id.")
@@ -107,7 +128,8 @@ def submit(command: tuple[str, ...], name: str | None, chips: int | None, tpu_ty
            grace: str | None, time_limit: str | None, max_retries: int, no_requeue: bool,
            no_tcmalloc: bool, python: str | None, hold: bool, after: tuple[str, ...],
            after_any: tuple[str, ...], array_spec: str | None, args_file: Any,
-           wait_end: bool, quiet: bool, as_json: bool) -> None:
+           notify: str | None, notify_to: tuple[str, ...], wait_end: bool, quiet: bool,
+           as_json: bool) -> None:
     """Queue a job: a Python script or, after --, any command.
 
     \b
@@ -121,6 +143,7 @@ def submit(command: tuple[str, ...], name: str | None, chips: int | None, tpu_ty
     script's own arguments.
     """
     cfg = context.settings()
+    events, destinations = notify_asked(notify, notify_to, cfg)
     try:
         spec = JobSpec(
             command=build_command(command, python), cwd=os.getcwd(),
@@ -130,6 +153,7 @@ def submit(command: tuple[str, ...], name: str | None, chips: int | None, tpu_ty
             grace_s=parse_duration(grace) if grace else cfg.default_grace_s,
             time_limit_s=parse_duration(time_limit) if time_limit else None,
             max_retries=max_retries, requeue_on_preempt=not no_requeue, tcmalloc=not no_tcmalloc,
+            notify=events, notify_to=destinations,
         ).validate()
     except SpecError as e:
         raise UserError(str(e)) from None

@@ -7,7 +7,6 @@ job's (in the order given): 10 failed, 11 cancelled, 12 timeout, so
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import click
@@ -16,7 +15,6 @@ from tpuq.cli import context
 from tpuq.cli.args import JOB_ID
 
 OUTCOME_EXIT = {"succeeded": 0, "failed": 10, "cancelled": 11, "timeout": 12}
-FIRST_POLL_S, MAX_POLL_S = 0.2, 2.0  # asking again: quickly at first, then every 2 s
 
 
 def outcome_exit(state: str) -> int:
@@ -25,23 +23,15 @@ def outcome_exit(state: str) -> int:
 
 def wait_for(ids: Sequence[int], *, say: bool = True) -> dict[int, str]:
     """Each job's final state, once all have ended (asked with a growing pause)."""
+    from tpuq.client import wait_ended
     from tpuq.protocol import JobDetail, ShowJob
 
-    ended: dict[int, str] = {}
-    pause = FIRST_POLL_S
-    while True:
-        for job_id in ids:
-            if job_id in ended:
-                continue
-            state = context.ask(ShowJob(id=job_id), JobDetail).job["state"]
-            if state in OUTCOME_EXIT:
-                ended[job_id] = state
-                if say:
-                    click.echo(f"job {job_id} {state}", err=True)
-        if len(ended) == len(ids):
-            return ended
-        time.sleep(pause)
-        pause = min(pause * 1.5, MAX_POLL_S)
+    def told(job_id: int, state: str) -> None:
+        if say:
+            click.echo(f"job {job_id} {state}", err=True)
+
+    return wait_ended(lambda i: str(context.ask(ShowJob(id=i), JobDetail).job["state"]),
+                      ids, on_end=told)
 
 
 def exit_status(ended: dict[int, str], ids: Sequence[int]) -> int:

@@ -15,12 +15,13 @@ from celery import Celery
 from kombu.common import Broadcast
 
 from tpuq import settings as settings_mod
+from tpuq.queue import bell
 
 RUN_TASK = "tpuq.run"
-WAKE_TASK = "tpuq.wake"  # broadcast: every agent looks (schedule, stop requests)
+WAKE_TASK = bell.WAKE_TASK  # broadcast: every agent looks (schedule, stop requests)
+CONTROL_QUEUE = bell.CONTROL
 SCHEDULE_TASK = "tpuq.schedule"  # broadcast: only the scheduler leader acts
 LEAD_TASK = "tpuq.lead"  # broadcast: the leader let go; whoever takes the lease leads
-CONTROL_QUEUE = "tpuq.control"
 
 
 def host_queue(host: str) -> str:

@@ -124,13 +124,13 @@ class _Planner:
             if (job.tpu_type, need) not in offered:
                 continue
             if not pool.has_room(job.tpu_type, need):
-                if not self._try_backfill(job, ts, need):
-                    self._maybe_reserve(job, ts, need)
-                elif ts.full():
-                    return
-            elif self._try_place(job, ts, need) and ts.full():
-                return
-            if not pool.fit and not pool.backfillable and not self.slices.free:
+                if not self._try_backfill(job, ts, need) \
+                        and not self._maybe_reserve(job, ts, need):
+                    continue
+            elif not self._try_place(job, ts, need):
+                continue
+            # chips were taken or reserved: the team may be at its cap, the pool full
+            if ts.full() or not pool.fit and not pool.backfillable and not self.slices.free:
                 return
 
     def _try_place(self, job: JobView, ts: TeamState, need: int) -> bool:
@@ -162,10 +162,9 @@ class _Planner:
         sl = self.slices.find(kind, lambda chips: ts.check(user, chips, kind, est) is None)
         if sl is None:
             return False
-        workers = self.slices.take(sl)
-        total = sum(len(chips) for _, chips in workers)
-        ts.add(user, total, kind, est)
-        self.assignments.append(Assignment(job.id, sl.name, tuple(range(total)), workers))
+        ts.add(user, sl.chips, kind, est)
+        self.assignments.append(Assignment(job.id, sl.name, tuple(range(sl.chips)),
+                                           self.slices.take(sl)))
         self.assigned.add(job.id)
         return True
 
@@ -179,11 +178,12 @@ class _Planner:
                                   lambda t, size: ts.check(user, size, t, est) is None)
         return self._assign(job, ts, host, need)
 
-    def _maybe_reserve(self, job: JobView, ts: TeamState, need: int) -> None:
+    def _maybe_reserve(self, job: JobView, ts: TeamState, need: int) -> bool:
+        """Reserve the host where `job` will start soonest; True when it did."""
         if need == 1 or len(self.reserved_for) >= self.max_reservations:
-            return
+            return False
         if self.now - job.submitted_at < self.reserve_after_s or job.id in self.reserved_for:
-            return
+            return False
         user, est = job.user, job.est_hours
         found = self.pool.drain_candidate(
             job.tpu_type, need, lambda t, size: ts.check(user, size, t, est) is None, self.now
@@ -193,6 +193,7 @@ class _Planner:
             self.pool.reserve(host, job.id, job.submitted_at, start)
             self.reserved_for[job.id] = host.name
             self.starts[job.id] = start
+        return found is not None
 
     def explain(self, job: JobView) -> str:
         """Why `job` is not assigned, judged on the state after the pass."""

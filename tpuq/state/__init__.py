@@ -12,6 +12,8 @@
 - `leader.py`       the scheduler's leader lease
 - `snapshot.py`     what one scheduler pass reads
 - `teams.py`        teams, members, limits
+- `outbox.py`       notifications to send: claimed, sent, retried, given up
+- `functions.py`    function jobs: the pickled call, the pickled outcome
 - `admins.py`       who may change anyone's jobs; who a PostgreSQL session is
 - `roles.py`        PostgreSQL login roles for users and agents
 - `history.py`      ended jobs over a period and what they cost (tpuq history)

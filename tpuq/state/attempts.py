@@ -38,15 +38,17 @@ ALLOCATIONS = cast(Table, Allocation.__table__)
 
 
 def assign(s: Session, job_id: int, attempt_now: int, host: str, chips: Sequence[int],
-           lease_s: float, reason: str | None = None) -> int | None:
+           lease_s: float, reason: str | None = None, *, book: bool = True) -> int | None:
     """queued -> assigned with attempt+1, chip rows and a lease, in the caller's transaction.
 
     Returns the new attempt number, or None when the job changed meanwhile. A chip that is
     already booked makes the INSERT fail (primary key): the caller's transaction rolls back.
+    book=False records the attempt's chips without booking them on `host` (a slice job
+    books each worker's own, gangs.assign).
     """
     new = attempt_now + 1
     riders = [_new_attempt(job_id, new, host, chips)]
-    if chips:
+    if chips and book:
         riders.append(_book_chips(job_id, new, host, chips))
     row = transition_returning(
         s, job_id, Q, A, attempt=attempt_now, actor="scheduler",
@@ -58,8 +60,9 @@ def assign(s: Session, job_id: int, attempt_now: int, host: str, chips: Sequence
 
 
 # what the host needs of the job to run it, returned by the start statement itself
-START_COLUMNS = (*(JOBS.c[name] for name in (
-    "command", "cwd", "env", "stop_signal", "grace_s", "time_limit_s", "tcmalloc", "owner")),
+RUN_FIELDS = ("command", "cwd", "env", "stop_signal", "grace_s", "time_limit_s", "tcmalloc",
+              "owner")
+START_COLUMNS = (*(JOBS.c[name] for name in RUN_FIELDS),
     # the outer row named in plain SQL: SQLite renders RETURNING columns unqualified, and
     # an unqualified `id` inside this subquery would be the attempt's own id
     select(ATTEMPTS.c.chips).where(ATTEMPTS.c.job_id == literal_column("jobs.id"),
@@ -176,8 +179,10 @@ def renew(s: Session, job_id: int, attempt: int, host: str, lease_s: float) -> L
     return Lease(False) if row is None else Lease(True, row.stop_request)
 
 
-def record_progress(s: Session, job_id: int, attempt: int, step: int, at: float) -> None:
-    _attempt_row(s, job_id, attempt, checkpoint_step=step, checkpoint_at=at)
+def record_progress(s: Session, job_id: int, attempt: int, step: int, at: float,
+                    total: int | None = None, eta_at: float | None = None) -> None:
+    _attempt_row(s, job_id, attempt, checkpoint_step=step, checkpoint_at=at,
+                 checkpoint_total=total, eta_at=eta_at)
 
 
 def release_chips(s: Session, job_id: int, attempt: int) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import cast
 
 from sqlalchemy import Table, and_, insert, or_, select
-from sqlalchemy.orm import Session, aliased
+from sqlalchemy.orm import Session
 
 from tpuq.spec import SpecError
 from tpuq.state.clock import db_now
@@ -26,6 +26,23 @@ DEPS = cast(Table, JobDep.__table__)
 _ENDED = tuple(s.value for s in TERMINAL)
 _FAILED = tuple(s.value for s in TERMINAL if s is not JobState.SUCCEEDED)
 _WAITING = (JobState.QUEUED.value, JobState.HELD.value)
+
+# Both run every scheduling pass: Core statements built once (an ORM `aliased()` query
+# built per pass cost more than the rest of the pass's reads together)
+_JOBS = cast(Table, Job.__table__)
+_DEP, _WAITER = _JOBS.alias("dep"), _JOBS.alias("waiter")
+_UNMET = (select(DEPS.c.job_id, DEPS.c.after_id)
+          .join(_WAITER, _WAITER.c.id == DEPS.c.job_id)
+          .join(_DEP, _DEP.c.id == DEPS.c.after_id)
+          .where(_WAITER.c.state == JobState.QUEUED.value,
+                 or_(and_(DEPS.c.kind == OK, _DEP.c.state != JobState.SUCCEEDED.value),
+                     and_(DEPS.c.kind == ANY, _DEP.c.state.not_in(_ENDED)))))
+_DOOMED = (select(DEPS.c.job_id, _DEP.c.id, _DEP.c.state)
+           .join(_WAITER, _WAITER.c.id == DEPS.c.job_id)
+           .join(_DEP, _DEP.c.id == DEPS.c.after_id)
+           .where(DEPS.c.kind == OK, _WAITER.c.state.in_(_WAITING),
+                  _DEP.c.state.in_(_FAILED))
+           .order_by(DEPS.c.job_id))
 
 
 def add(s: Session, job_id: int, after: Sequence[int], after_any: Sequence[int]) -> None:
@@ -45,29 +62,16 @@ def add(s: Session, job_id: int, after: Sequence[int], after_any: Sequence[int])
 
 def unmet(s: Session) -> dict[int, tuple[int, ...]]:
     """Queued job -> the jobs it still waits for (only jobs that wait for any)."""
-    dep, waiter = aliased(Job), aliased(Job)
-    q = (select(DEPS.c.job_id, DEPS.c.after_id)
-         .join(waiter, waiter.id == DEPS.c.job_id)
-         .join(dep, dep.id == DEPS.c.after_id)
-         .where(waiter.state == JobState.QUEUED.value,
-                or_(and_(DEPS.c.kind == OK, dep.state != JobState.SUCCEEDED.value),
-                    and_(DEPS.c.kind == ANY, dep.state.not_in(_ENDED)))))
     out: dict[int, list[int]] = defaultdict(list)
-    for job_id, after_id in s.execute(q):
+    for job_id, after_id in s.execute(_UNMET):
         out[job_id].append(after_id)
     return {j: tuple(sorted(a)) for j, a in out.items()}
 
 
 def cancel_doomed(s: Session) -> list[int]:
     """Cancel waiting jobs whose "ok" dependency ended without succeeding."""
-    dep, waiter = aliased(Job), aliased(Job)
-    q = (select(DEPS.c.job_id, dep.id, dep.state)
-         .join(waiter, waiter.id == DEPS.c.job_id)
-         .join(dep, dep.id == DEPS.c.after_id)
-         .where(DEPS.c.kind == OK, waiter.state.in_(_WAITING), dep.state.in_(_FAILED))
-         .order_by(DEPS.c.job_id))
     cancelled: list[int] = []
-    for job_id, after_id, state in s.execute(q).all():
+    for job_id, after_id, state in s.execute(_DOOMED).all():
         if job_id in cancelled:
             continue
         if transition(s, job_id, [JobState.QUEUED, JobState.HELD], JobState.CANCELLED,

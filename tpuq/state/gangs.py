@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session
 
 from tpuq.state import attempts
 from tpuq.state.clock import db_now
+from tpuq.state.db import rows_changed
 from tpuq.state.models import Allocation, GangWorker, Job
 from tpuq.state.states import ACTIVE, NOT_CHARGED, JobState, Outcome, StopRequest
 from tpuq.state.transitions import transition
@@ -38,9 +39,7 @@ JOBS = cast(Table, Job.__table__)
 ALLOCATIONS = cast(Table, Allocation.__table__)
 _ACTIVE = [s.value for s in ACTIVE]
 # the job columns a worker needs to run its task (as attempts.START_COLUMNS)
-SPEC_COLUMNS = tuple(JOBS.c[n] for n in (
-    "command", "cwd", "env", "stop_signal", "grace_s", "time_limit_s", "tcmalloc", "owner",
-    "workers", "host", "state", "stop_request"))
+SPEC_COLUMNS = tuple(JOBS.c[n] for n in (*attempts.RUN_FIELDS, "workers", "host", "state"))
 
 
 def assign(s: Session, job_id: int, attempt_now: int, slice_name: str,
@@ -51,13 +50,10 @@ def assign(s: Session, job_id: int, attempt_now: int, slice_name: str,
     twice fails the transaction (primary key), as for any job."""
     total = sum(len(chips) for _, chips in workers)
     hosts = ", ".join(f"w{w} {host}" for w, (host, _) in enumerate(workers))
-    new = attempts.assign(s, job_id, attempt_now, slice_name, (), lease_s,
-                          reason=f"assigned to slice {slice_name}: {hosts}")
+    new = attempts.assign(s, job_id, attempt_now, slice_name, range(total), lease_s,
+                          reason=f"assigned to slice {slice_name}: {hosts}", book=False)
     if new is None:
         return None
-    s.execute(update(attempts.ATTEMPTS)
-              .where(attempts.ATTEMPTS.c.job_id == job_id, attempts.ATTEMPTS.c.number == new)
-              .values(chips=list(range(total))))
     s.execute(insert(ALLOCATIONS), [
         {"host": host, "chip": c, "job_id": job_id, "attempt": new}
         for host, chips in workers for c in chips])
@@ -106,12 +102,16 @@ def worker_of(s: Session, job_id: int, attempt: int, host: str) -> Any | None:
     ).first()
 
 
+def _row(job_id: int, attempt: int, worker: int) -> Any:
+    return and_(GANG.c.job_id == job_id, GANG.c.attempt == attempt, GANG.c.worker == worker)
+
+
 def _move(s: Session, job_id: int, attempt: int, worker: int, frm: Sequence[str],
           **values: Any) -> bool:
-    r = s.execute(update(GANG).where(
-        GANG.c.job_id == job_id, GANG.c.attempt == attempt, GANG.c.worker == worker,
-        GANG.c.state.in_(frm), _current(job_id, attempt)).values(**values))
-    return bool(r.rowcount)  # type: ignore[attr-defined]
+    """Move one worker's row out of a state in `frm`, while the job is at this attempt."""
+    return bool(rows_changed(s.execute(update(GANG).where(
+        _row(job_id, attempt, worker), GANG.c.state.in_(frm), _current(job_id, attempt))
+        .values(**values))))
 
 
 def ready(s: Session, job_id: int, attempt: int, worker: int) -> bool:
@@ -127,24 +127,19 @@ def running(s: Session, job_id: int, attempt: int, worker: int, *, pid: int | No
 
 def ended(s: Session, job_id: int, attempt: int, worker: int, end: attempts.Ending) -> bool:
     """The worker's end (its process's, or why it could not start), once."""
-    r = s.execute(update(GANG).where(
-        GANG.c.job_id == job_id, GANG.c.attempt == attempt, GANG.c.worker == worker,
-        GANG.c.state != "ended").values(
+    return bool(rows_changed(s.execute(update(GANG).where(
+        _row(job_id, attempt, worker), GANG.c.state != "ended").values(
             state="ended", ended_at=db_now(), outcome=end.outcome.value,
             untouched=end.untouched, exit_code=end.exit_code, exit_signal=end.exit_signal,
-            reason=end.reason[:2000], lease_expires_at=None))
-    return bool(r.rowcount)  # type: ignore[attr-defined]
+            reason=end.reason[:2000], lease_expires_at=None))))
 
 
 def renew(s: Session, job_id: int, attempt: int, worker: int, lease_s: float
           ) -> attempts.Lease:
     """Extend this worker's lease while the job is at this attempt; held=False means the
     attempt ended (or was taken away): stop the process now."""
-    r = s.execute(update(GANG).where(
-        GANG.c.job_id == job_id, GANG.c.attempt == attempt, GANG.c.worker == worker,
-        GANG.c.state.in_(["ready", "running"]), _current(job_id, attempt))
-        .values(lease_expires_at=db_now() + lease_s))
-    if not r.rowcount:  # type: ignore[attr-defined]
+    if not _move(s, job_id, attempt, worker, ["ready", "running"],
+                 lease_expires_at=db_now() + lease_s):
         return attempts.Lease(False)
     stop = s.execute(select(JOBS.c.stop_request).where(JOBS.c.id == job_id)).scalar()
     return attempts.Lease(True, stop)
@@ -189,11 +184,11 @@ def workers_of(s: Session, job_ids: Sequence[int]) -> dict[int, list[Any]]:
     return out
 
 
-def log_paths(s: Session, job_id: int, attempt: int) -> dict[int, tuple[str, str | None]]:
-    """worker -> (host, its log file) of one attempt (`tpuq logs --worker`)."""
-    rows = s.execute(select(GANG.c.worker, GANG.c.host, GANG.c.log_path)
-                     .where(GANG.c.job_id == job_id, GANG.c.attempt == attempt)).all()
-    return {r.worker: (r.host, r.log_path) for r in rows}
+def log_paths(s: Session, job_id: int) -> dict[tuple[int, int], tuple[str, str | None]]:
+    """(attempt, worker) -> (host, its log file) of every attempt (`tpuq logs --worker`)."""
+    rows = s.execute(select(GANG.c.attempt, GANG.c.worker, GANG.c.host, GANG.c.log_path)
+                     .where(GANG.c.job_id == job_id)).all()
+    return {(r.attempt, r.worker): (r.host, r.log_path) for r in rows}
 
 
 # ---- what the gang's end is: pure ------------------------------------------------------

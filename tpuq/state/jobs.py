@@ -193,7 +193,8 @@ def _why_not(s: Session, job_id: int, needed: str) -> str:
 
 
 def resubmit(s: Session, job_ids: Iterable[int], owner: str,
-             owner_env: Mapping[str, str]) -> list[Result]:
+             owner_env: Mapping[str, str],
+             notify: tuple[str | None, str | None] = (None, None)) -> list[Result]:
     """New jobs from earlier specs, each linked to its original and owned by `owner`.
 
     The environment captured from the original owner's shell is theirs: a job of
@@ -208,12 +209,13 @@ def resubmit(s: Session, job_ids: Iterable[int], owner: str,
         if spec.owner != owner:
             spec.env, spec.owner = dict(owner_env), owner
         spec.resubmit_of = job_id
+        spec.notify, spec.notify_to = notify
         new_id = submit(s, spec, actor=owner)
         results.append(Result(new_id, True, f"queued, resubmitting job {job_id}"))
     return results
 
 
-_SPEC_COLUMNS = tuple(JOBS.c[f] for f in SPEC_FIELDS if f != "env")
+_SPEC_COLUMNS = tuple(JOBS.c[f] for f in SPEC_FIELDS if f not in queries.SECRET_COLUMNS)
 
 
 def spec_of(s: Session, job_id: int) -> JobSpec | None:

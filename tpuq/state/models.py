@@ -15,6 +15,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     String,
     Text,
     UniqueConstraint,
@@ -63,6 +64,10 @@ class Job(Base):
     # a slice job: one task on each of this many workers of one slice (None: one host);
     # its `host` is then the slice's name (tpuq/state/gangs.py)
     workers: Mapped[int | None] = mapped_column(Integer)
+    # the events its owner hears of (end, fail, preempt; None: none) and where to
+    # (Apprise URLs, one per line: may hold a token; agents read it, users never do)
+    notify: Mapped[str | None] = mapped_column(String(32))
+    notify_to: Mapped[str | None] = mapped_column(Text)
     submitted_at: Mapped[float] = mapped_column(Double)
     updated_at: Mapped[float] = mapped_column(Double)
     ended_at: Mapped[float | None] = mapped_column(Double)
@@ -95,6 +100,9 @@ class Attempt(Base):
     log_path: Mapped[str | None] = mapped_column(Text)
     checkpoint_step: Mapped[int | None] = mapped_column(BigInteger)
     checkpoint_at: Mapped[float | None] = mapped_column(Double)
+    # the total the job gave with that step, and when it should reach it (agent/outcome.py)
+    checkpoint_total: Mapped[int | None] = mapped_column(BigInteger)
+    eta_at: Mapped[float | None] = mapped_column(Double)
 
 
 class JobDep(Base):
@@ -185,6 +193,44 @@ class GangWorker(Base):
     exit_signal: Mapped[int | None] = mapped_column(Integer)
     reason: Mapped[str | None] = mapped_column(Text)
     log_path: Mapped[str | None] = mapped_column(Text)
+
+
+class Notification(Base):
+    """The outbox: one event of a job to tell its owner of, written with the job's state
+    change, then claimed, sent and retried by an agent (agent/notifier.py)."""
+
+    __tablename__ = "notifications"
+    __table_args__ = (CheckConstraint("state IN ('pending', 'sent', 'failed', 'skipped')",
+                                      name="notifications_state"),
+                      Index("notifications_due", "state", "next_at"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), index=True)
+    event: Mapped[str] = mapped_column(String(16))  # the job's new state, or "preempted"
+    preemptions: Mapped[int | None] = mapped_column(Integer)  # the job's count then
+    created_at: Mapped[float] = mapped_column(Double)
+    state: Mapped[str] = mapped_column(String(16))
+    tries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    next_at: Mapped[float] = mapped_column(Double)
+    claimed_by: Mapped[str | None] = mapped_column(String(128))
+    claimed_until: Mapped[float | None] = mapped_column(Double)
+    sent_at: Mapped[float | None] = mapped_column(Double)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    # the destinations (their line numbers in jobs.notify_to) already told: a retry
+    # sends only to the others
+    sent_to: Mapped[str | None] = mapped_column(String(64))
+
+
+class JobFunction(Base):
+    """A function job's pickled callable and, once an attempt ran it, its outcome."""
+
+    __tablename__ = "job_functions"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), primary_key=True)
+    payload: Mapped[bytes] = mapped_column(LargeBinary)
+    result: Mapped[bytes | None] = mapped_column(LargeBinary)
+    result_attempt: Mapped[int | None] = mapped_column(Integer)
+    result_at: Mapped[float | None] = mapped_column(Double)
 
 
 class Leader(Base):

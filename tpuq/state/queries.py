@@ -19,7 +19,10 @@ from tpuq.state.states import ACTIVE, TERMINAL, WAITING, JobState
 
 JOBS = cast(Table, Job.__table__)
 # every column of a job but its environment
-JOB_COLUMNS = tuple(c for c in JOBS.c if c.name != "env")
+# the job columns a query for people never reads whole: env (envs() below shows it as
+# the session may see it) and notify_to (it may hold a token: users cannot read it)
+SECRET_COLUMNS = ("env", "notify_to")
+JOB_COLUMNS = tuple(c for c in JOBS.c if c.name not in SECRET_COLUMNS)
 _JOB_ENV_VIEW = table("job_env", column("id"), column("env"))
 
 
@@ -73,7 +76,8 @@ def current_attempts(s: Session, rows: Sequence[Row[Any]]) -> dict[int, Row[Any]
     ids = [j for j, _ in wanted]
     latest = dict(wanted)
     q = select(Attempt.job_id, Attempt.number, Attempt.started_at, Attempt.checkpoint_step,
-               Attempt.checkpoint_at).where(Attempt.job_id.in_(ids))
+               Attempt.checkpoint_at, Attempt.checkpoint_total, Attempt.eta_at
+               ).where(Attempt.job_id.in_(ids))
     return {a.job_id: cast(Row[Any], a) for a in s.execute(q) if latest.get(a.job_id) == a.number}
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
 from typing import Any, cast
 
 from sqlalchemy import (
@@ -27,19 +27,21 @@ from sqlalchemy import (
     exists,
     insert,
     literal,
+    or_,
     select,
     update,
 )
 from sqlalchemy.orm import Session
 
 from tpuq.state.clock import FromNow, db_now
-from tpuq.state.models import Job, JobEvent
-from tpuq.state.states import JobState, allowed
+from tpuq.state.models import Job, JobEvent, Notification
+from tpuq.state.states import TERMINAL, JobState, allowed
 
 # Core tables, not the ORM classes: these statements run several times per job, and the
 # ORM's bulk-update machinery costs more than the round trip they save.
 JOBS = cast(Table, Job.__table__)
 EVENTS = cast(Table, JobEvent.__table__)
+NOTIFICATIONS = cast(Table, Notification.__table__)
 
 
 class InvalidTransition(ValueError):
@@ -117,6 +119,9 @@ def transition_returning(
     """
     _check_allowed((frm,), to)
     values = dict(values or {})
+    told = _notification(to, values)
+    if told is not None:
+        riders = (*riders, told)
     params: dict[str, Any] = {"tq_job": job_id, "tq_attempt": attempt, "tq_host": host,
                               "tq_reason": reason, "tq_actor": actor}
     for col, v in values.items():
@@ -140,6 +145,44 @@ def transition_returning(
         for i, r in enumerate(riders):
             s.execute(_statement(key and (*key, "rider", i), partial(r.build, None)), params)
     return row
+
+
+# the words of spec.NOTIFY_EVENTS that ask to hear of each event (a new state, or a preemption)
+_TOLD = {"succeeded": ("end",), "cancelled": ("end",), "failed": ("end", "fail"),
+         "timeout": ("end", "fail"), "preempted": ("preempt",)}
+
+
+def _notification(to: JobState, values: Mapping[str, Any]) -> Rider | None:
+    """The outbox row of this change, written only if the change happens and its owner
+    asked to hear of it (jobs.notify): an end, or a preemption (`values` counting one),
+    which the sender tells of once the count exceeds TPUQ_NOTIFY_PREEMPTS."""
+    count = values.get("preemptions")
+    if to in TERMINAL:
+        event = to.value
+    elif to is JobState.QUEUED and isinstance(count, int):
+        event = "preempted"
+    else:
+        return None
+    return Rider(("notify", event), _notify_builder(event), {"tq_n_count": count})
+
+
+@cache
+def _notify_builder(event: str) -> Callable[[ColumnElement[bool] | None], Any]:
+    """The outbox INSERT of one event, gated or not (built once per event: it rides on
+    every end of every job)."""
+    words = _TOLD[event]
+    cols: dict[str, Any] = {
+        "job_id": JOBS.c.id, "event": literal(event, String),
+        "preemptions": bindparam("tq_n_count", type_=Integer), "created_at": db_now(),
+        "state": literal("pending", String), "tries": literal(0, Integer), "next_at": db_now()}
+    wanted = select(*cols.values()).where(
+        JOBS.c.id == bindparam("tq_job"), or_(*(JOBS.c.notify.contains(w) for w in words)))
+
+    def build(gate: ColumnElement[bool] | None) -> Any:
+        return insert(NOTIFICATIONS).from_select(
+            list(cols), wanted if gate is None else wanted.where(gate))
+
+    return build
 
 
 _STATEMENTS: dict[Hashable, Any] = {}  # bounded: one per shape, and shapes are few
