@@ -62,11 +62,21 @@ def test_a_slice_job_runs_one_task_on_every_worker_at_once(stack, tmp_path):
     assert [(g.worker, g.host, g.outcome, g.exit_code) for g in workers(stack, job)] == \
         [(w, f"{SLICE}-w{w}", "succeeded", 0) for w in range(N)]
     assert stack.job(job).reason == "all 4 workers exited 0"
-    logs = stack.tpuq("logs", str(job), "--worker", "all").stdout
+    # -f: until every worker's log is read whole (a worker's end reaches its stream
+    # just after the job's end)
+    every = stack.tpuq("logs", str(job), "--worker", "all", "-f")
     for w in range(N):
-        assert f"[w{w}] worker {w} of 4 started" in logs
+        assert f"[w{w}] worker {w} of 4 started" in every.stdout
     assert stack.tpuq("logs", str(job)).stdout.strip() == "worker 0 of 4 started"
     assert "worker 2 of 4 started" in stack.tpuq("logs", str(job), "--worker", "2").stdout
+    if stack.deployment == "team":  # type: ignore[attr-defined]
+        # read through worker 0's agent: the other workers' output comes from their own
+        # log streams in Redis, as it would on a pod whose workers share no directory
+        for w in range(1, N):
+            assert f"attempt 1's output comes from {SLICE}-w{w}'s log stream" in every.stderr
+        away = stack.tpuq("logs", str(job), "--worker", "3", "-f", TPUQ_HOST="laptop",
+                          TPUQ_AGENT_SOCKET="/nonexistent/agent.sock")
+        assert away.stdout == "worker 3 of 4 started\n", away
     status = json.loads(stack.tpuq("status", "--json").stdout)
     assert next(j for j in status if j["id"] == job)["host"] == SLICE
     table = stack.tpuq("status", COLUMNS="200").stdout
@@ -159,7 +169,7 @@ def test_jax_distributed_initialises_across_the_workers(stack, tmp_path):
     assert {p.name: p.read_text() for p in out.iterdir()} == \
         {f"gathered.{w}": "1,11,21,31" for w in range(N)}
     assert "[w3] worker 3: process 3 of 4" in \
-        stack.tpuq("logs", str(job), "--worker", "all").stdout
+        stack.tpuq("logs", str(job), "--worker", "all", "-f").stdout
 
 
 def test_a_worker_whose_host_dies_mid_run_requeues_the_gang_uncharged(stack, tmp_path):

@@ -113,3 +113,17 @@ def test_a_late_tick_after_the_end_ships_nothing_again(redis_server, tmp_path):
     shipper.ship(7, 1, str(log), final=True)
     shipper.ship(7, 1, str(log))  # the late tick
     assert shipper.redis.xlen(logstream.key(7, 1)) == 2, "one piece and the end marker"
+
+
+def test_every_worker_of_a_slice_job_has_a_stream_of_its_own(redis_server, tmp_path):
+    """Worker 0's output is the job's stream; worker N's is beside it, ended on its own."""
+    shipper = LogShipper(redis_server.url)
+    for w in range(3):
+        log = tmp_path / f"1.w{w}.log"
+        log.write_bytes(f"worker {w}\n".encode())
+        shipper.ship(7, 1, str(log), final=w != 1, worker=w)
+    read = {w: logstream.read_after(redis_server.url, 7, 1, "0-0", 1 << 20, worker=w)
+            for w in range(3)}
+    assert {w: ([p.data for _, p in entries], ended) for w, (entries, ended) in read.items()} \
+        == {0: ([b"worker 0\n"], True), 1: ([b"worker 1\n"], False), 2: ([b"worker 2\n"], True)}
+    assert logstream.key(7, 1, 0) == logstream.key(7, 1) != logstream.key(7, 1, 2)

@@ -250,20 +250,18 @@ class Agent:
         shipper = LogShipper(self.settings.broker_url)
         log_path = self.executor.log_path
 
+        def ship(spec: Any, final: bool = False) -> None:  # every slice worker has a stream
+            shipper.ship(spec.job_id, spec.attempt,
+                         log_path(spec.job_id, spec.attempt, spec.worker), final=final,
+                         worker=spec.worker)
+
         def tick() -> None:
             for sup in self.executor.supervisors():
-                spec = sup.spec
-                if spec.worker:
-                    continue  # a slice job's stream is worker 0's (api/logs.py)
-                shipper.ship(spec.job_id, spec.attempt, log_path(spec.job_id, spec.attempt))
+                ship(sup.spec)
             shipper.ship_unfinished()
 
         def final(sup: Any) -> None:
-            spec = sup.spec
-            if spec.worker:
-                return
-            shipper.ship(spec.job_id, spec.attempt, log_path(spec.job_id, spec.attempt),
-                         final=True)
+            ship(sup.spec, final=True)
 
         self.executor.end_hooks.append(final)
         self.tickers.append(Ticker("log-shipper", 0.5, tick))

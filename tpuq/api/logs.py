@@ -85,10 +85,7 @@ class _Reader:
         pos = self.positions.get(key, "")
         if pos == "end":
             return True
-        # a slice job's workers other than 0 are read from their files (the stream is
-        # worker 0's): on one machine, or a state directory the workers share
-        if self.settings.embedded or a.host == self.here or not self.settings.broker_url \
-                or worker is not None:
+        if self.settings.embedded or a.host == self.here or not self.settings.broker_url:
             complete = self._file(a, key, pos)
         else:
             complete = self._stream(a, key, pos)
@@ -132,7 +129,7 @@ class _Reader:
             expected = int(offset)
         where = f"{a.host}:{a.log_path}"
         entries, ended = logstream.read_after(self.settings.broker_url, self.job_id, a.number,
-                                              last, self.budget)
+                                              last, self.budget, getattr(a, "worker", None))
         for entry_id, piece in entries:
             last = entry_id
             data = piece.data

@@ -101,6 +101,7 @@ class _Printer:
     def __init__(self, tail: int | None, prefixed: bool = False) -> None:
         self.tail: deque[bytes] | None = deque(maxlen=tail) if tail is not None else None
         self.printed: set[int] = set()
+        self.told: set[tuple[int, int | None]] = set()  # (attempt, worker) read from a stream
         self.partial = b""
         self.prefixed = prefixed  # every worker's lines, each marked [wN]
         self.lines: dict[int, bytes] = {}  # worker -> its unfinished line
@@ -109,7 +110,9 @@ class _Printer:
         number = piece["attempt"]
         data = base64.b64decode(piece["data"])
         where = f" ({piece['host']})" if piece["source"] == "stream" else ""
-        if number not in self.printed and where:
+        source = (number, piece.get("worker"))
+        if where and source not in self.told:
+            self.told.add(source)
             click.echo(f"tpuq: attempt {number}'s output comes from {piece['host']}'s log "
                        "stream", err=True)
         if header and number not in self.printed:

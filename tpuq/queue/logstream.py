@@ -3,8 +3,9 @@ Redis stream, so `tpuq logs ID -f` works from any machine with the team configur
 
 The job itself writes to a local file (the agent is never in its output path, so an
 agent restart cannot SIGPIPE a job); a small ticker tails the files of running attempts
-into `tpuq:log:<job>:<attempt>`, capped in bytes and entries and expiring a week after
-the attempt's last output (so also when its host died and no end marker ever comes).
+into `tpuq:log:<job>:<attempt>` (a slice job's worker N > 0: `...:wN`, so every
+worker's output reads from anywhere), capped in bytes and entries and expiring a week
+after the attempt's last output (so also when its host died and no end marker ever comes).
 
 Each entry carries the file offset of its bytes, so a reader knows when the stream no
 longer starts at the beginning (trimmed, or lost in a Redis restart) and can say so,
@@ -33,8 +34,12 @@ TTL_S = 7 * 86400
 ENDED_KEPT = 4096  # ended attempts remembered, far more than a host runs between ticks
 
 
-def key(job_id: int, attempt: int) -> str:
-    return f"tpuq:log:{job_id}:{attempt}"
+def key(job_id: int, attempt: int, worker: int | None = None) -> str:
+    """The stream of one attempt's log; worker 0 of a slice job has the job's own."""
+    return f"tpuq:log:{job_id}:{attempt}:w{worker}" if worker else f"tpuq:log:{job_id}:{attempt}"
+
+
+Log = tuple[int, int, int]  # job id, attempt, worker (0: a single-host job or worker 0)
 
 
 def client(url: str) -> Any:
@@ -72,29 +77,31 @@ class LogShipper:
 
     def __init__(self, url: str) -> None:
         self.redis = client(url)
-        self._streams: dict[tuple[int, int], _Shipped] = {}
+        self._streams: dict[Log, _Shipped] = {}
         # attempts that ended while Redis was away: their tail and end marker still owed
-        self._unfinished: dict[tuple[int, int], str] = {}
+        self._unfinished: dict[Log, str] = {}
         # attempts whose end marker is shipped (newest last): a tick that still saw one of
         # them running must not ship it again from the start
-        self._ended: dict[tuple[int, int], None] = {}
+        self._ended: dict[Log, None] = {}
         self._lock = threading.Lock()
 
     def ship_unfinished(self) -> None:
         """Retry the final shipping of attempts that ended while Redis was unreachable."""
         with self._lock:
             owed = list(self._unfinished.items())
-        for (job_id, attempt), path in owed:
-            self.ship(job_id, attempt, path, final=True)
+        for (job_id, attempt, worker), path in owed:
+            self.ship(job_id, attempt, path, final=True, worker=worker)
 
-    def ship(self, job_id: int, attempt: int, path: str, final: bool = False) -> None:
-        k = (job_id, attempt)
+    def ship(self, job_id: int, attempt: int, path: str, final: bool = False,
+             worker: int | None = None) -> None:
+        k = (job_id, attempt, worker or 0)
+        name = key(*k)
         with self._lock:
             if k in self._ended:
                 return
             st = self._streams.setdefault(k, _Shipped())
             try:
-                self._ship_new(key(*k), st, path)
+                self._ship_new(name, st, path)
             except Exception as e:  # noqa: BLE001 - Redis down: ship later, the file is safe
                 log.debug("log shipping for job %s paused: %s", job_id, e)
                 if final:
@@ -102,8 +109,8 @@ class LogShipper:
                 return
             if final:
                 try:
-                    self.redis.xadd(key(*k), {"eof": b"1"})
-                    self.redis.expire(key(*k), TTL_S)
+                    self.redis.xadd(name, {"eof": b"1"})
+                    self.redis.expire(name, TTL_S)
                     self._streams.pop(k, None)
                     self._unfinished.pop(k, None)
                     self._ended[k] = None
@@ -144,8 +151,8 @@ class Piece:
     end: bool = False
 
 
-def read_after(url: str, job_id: int, attempt: int, after: str,
-               max_bytes: int) -> tuple[list[tuple[str, Piece]], bool]:
+def read_after(url: str, job_id: int, attempt: int, after: str, max_bytes: int,
+               worker: int | None = None) -> tuple[list[tuple[str, Piece]], bool]:
     """Entries of the attempt's stream after entry `after` ("0-0": from the start), about
     `max_bytes` of output at most, and whether its end marker was among them."""
     r = client(url)
@@ -153,7 +160,7 @@ def read_after(url: str, job_id: int, attempt: int, after: str,
     size = 0
     start = "-" if after == "0-0" else f"({after}"
     while size < max_bytes:
-        batch = r.xrange(key(job_id, attempt), min=start, max="+", count=100)
+        batch = r.xrange(key(job_id, attempt, worker), min=start, max="+", count=100)
         if not batch:
             return out, False
         for raw_id, fields in batch:
@@ -169,8 +176,8 @@ def read_after(url: str, job_id: int, attempt: int, after: str,
     return out, False
 
 
-def follow(url: str, job_id: int, attempt: int, wait: bool,
-           block_ms: int = 1000) -> Iterator[Piece | None]:
+def follow(url: str, job_id: int, attempt: int, wait: bool, block_ms: int = 1000,
+           worker: int | None = None) -> Iterator[Piece | None]:
     """Yield the attempt's output; with `wait`, block for more until its end marker
     (the last piece, `end=True`).
 
@@ -179,7 +186,7 @@ def follow(url: str, job_id: int, attempt: int, wait: bool,
     r = client(url)
     last = "0-0"
     while True:
-        batch = r.xread({key(job_id, attempt): last}, count=500, block=block_ms if wait else None)
+        batch = r.xread({key(job_id, attempt, worker): last}, count=500, block=block_ms if wait else None)
         if not batch:
             if not wait:
                 return
