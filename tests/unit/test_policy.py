@@ -156,6 +156,19 @@ def test_backfill_only_by_jobs_that_end_before_the_reservation_starts() -> None:
         f"h reserved for job 1; a job whose --time ends by {start} may use it"
 
 
+def test_a_later_teams_job_backfills_when_only_reserved_chips_are_free() -> None:
+    """Teams with no job that can backfill are passed over (their backlogs unsorted);
+    a team after them with a limited job still gets the reserved host's free chips."""
+    h = host("h", free={0, 1}, free_at={2: NOW + 3600, 3: NOW + 3600})
+    teams = {t: TeamView(t, usage=u) for t, u in (("a", 0.0), ("b", 1.0), ("c", 2.0))}
+    jobs = [job(1, chips=None), *(job(i, team="b", chips=2) for i in range(2, 40)),
+            job(40, team="c", chips=2, time_limit_s=1800.0)]
+    p = plan(jobs, [h], teams, NOW)
+    assert p.reserved == {"h": 1}
+    assert p.assignments == (Assignment(40, "h", (0, 1)),)
+    assert p.waiting[2] == "waiting for 2 free chips"
+
+
 def test_the_reservation_goes_where_the_job_starts_soonest() -> None:
     hosts = [host("slow", free={0, 1, 2}), host("soon", free={0, 1}, free_at={2: NOW + 60,
                                                                             3: NOW + 60})]

@@ -17,7 +17,9 @@ only if its own time limit ends before that estimated start (it backfills); jobs
 a limit never do. Jobs ordered before the holder still may (the ordering decides who
 goes first). At most `max_reservations` hosts are reserved per pass, to bound the chips
 left idle; 1-chip jobs never reserve (any freed chip fits them). Reservations are not
-stored: every pass makes them again from the same inputs.
+stored: every pass makes them again from the same inputs. Once the only free chips are
+on reserved hosts, a team none of whose jobs has a time limit is passed over unsorted:
+nothing of its backlog could take them.
 
 Waiting reasons describe the state after applying the plan, and are computed lazily when
 `Plan.waiting` is read (a 100k-job queue would otherwise cost more than the pass itself);
@@ -27,6 +29,7 @@ results are shared per (team, user, type, size) so reading all of them stays che
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from operator import attrgetter
 from types import MappingProxyType
 
 from tpuq.scheduler.fairshare import group_by_team, sort_within_team, teams_in_order
@@ -35,6 +38,9 @@ from tpuq.scheduler.quota import TeamState, clock
 from tpuq.scheduler.slicepool import SlicePool
 from tpuq.scheduler.views import Assignment, HostView, JobView, Plan, TeamView
 from tpuq.shapes import host_chips
+
+_LIMIT = attrgetter("time_limit_s")
+_NO_LIMIT = frozenset({None})
 
 __all__ = ["Assignment", "HostView", "JobView", "Plan", "TeamView", "plan"]
 
@@ -96,8 +102,11 @@ class _Planner:
     def run(self, jobs: Sequence[JobView]) -> None:
         groups = group_by_team(jobs)
         for name in teams_in_order(groups, self.teams):
-            if not self.pool.fit and not self.pool.backfillable and not self.slices.free:
-                return  # no free chip anywhere: the rest only needs reasons (lazy)
+            if not self.pool.fit and not self.slices.free:
+                if not self.pool.backfillable:
+                    return  # no free chip anywhere: the rest only needs reasons (lazy)
+                if _NO_LIMIT.issuperset(map(_LIMIT, groups[name])):
+                    continue  # only reserved chips are free, and no job here can backfill
             ts = self.state(name)
             if ts.full():
                 continue  # sorting a blocked team's backlog would be wasted work
@@ -124,6 +133,10 @@ class _Planner:
             if (job.tpu_type, need) not in offered:
                 continue
             if not pool.has_room(job.tpu_type, need):
+                # most of a long backlog: no limit to backfill with, nothing to reserve
+                if job.time_limit_s is None and (
+                        need == 1 or len(self.reserved_for) >= self.max_reservations):
+                    continue
                 if not self._try_backfill(job, ts, need) \
                         and not self._maybe_reserve(job, ts, need):
                     continue
