@@ -126,3 +126,32 @@ def test_status_renders_the_golden_table(width: int) -> None:
     got = render_at(width)
     assert got == GOLDEN[width], f"\n{got}"
     assert max(map(len, got.splitlines())) <= width, "no row is wider than the terminal"
+
+
+def _terminal_render(**env: str) -> str:
+    from rich.console import Console
+
+    from tpuq.cli import status
+
+    out = io.StringIO()
+    mp = pytest.MonkeyPatch()
+    for k, v in env.items():
+        mp.setenv(k, v)
+    try:
+        console = Console(file=out, width=160, highlight=False, force_terminal=True,
+                          color_system="standard")
+        console.print(status._view(JOBS, HOSTS, NOW, status.parse_format(status.DEFAULT)),
+                      soft_wrap=False)
+    finally:
+        mp.undo()
+    return out.getvalue()
+
+
+def test_on_a_terminal_only_the_state_is_coloured_and_no_color_turns_it_off() -> None:
+    coloured = _terminal_render()
+    failed = next(line for line in coloured.splitlines() if line.startswith("46 "))
+    assert "\x1b[31mfailed" in failed, repr(failed)  # red, the STATE cell alone
+    assert failed.count("\x1b[31m") == 1
+    assert "\x1b[1mID" in coloured, "the header is bold"
+    plain = _terminal_render(NO_COLOR="1")
+    assert "\x1b[31m" not in plain and "failed" in plain
