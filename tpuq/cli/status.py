@@ -256,26 +256,26 @@ def _table(headers: list[str], rows: Sequence[Sequence[str]], flexible: str,
     from rich.console import Group
 
     cols = _layout(headers, rows, flexible, _console().width)
-    keep = [headers.index(h) for h, _ in cols]
+    shown = [h for h, _ in cols]
+    keep = [headers.index(h) for h in shown]
     widths = [w for _, w in cols]
-    state = keep.index(headers.index("STATE")) if "STATE" in headers and \
-        headers.index("STATE") in keep else None
-    lines = [_line([h for h, _ in cols], widths, "bold")]
+    state = shown.index("STATE") if "STATE" in shown else -1  # the one coloured cell
+    lines = [_line(shown, widths, "bold")]
     for n, row in enumerate(rows):
-        style = styles[n] if n < len(styles) else None
-        lines.append(_line([row[i] for i in keep], widths, None,
-                           {state: style} if style and state is not None else {}))
+        lines.append(_line([row[i] for i in keep], widths, None, state,
+                           (styles[n] if n < len(styles) else None) or ""))
     return Group(*lines)
 
 
 def _line(cells: Sequence[str], widths: Sequence[int], style: str | None,
-          cell_styles: dict[int, str] | None = None) -> Any:
+          styled: int = -1, cell_style: str = "") -> Any:
+    """One row; cell `styled` gets `cell_style`."""
     from rich.text import Text
 
     line = Text(style=style or "", no_wrap=True, overflow="ellipsis", end="\n")
     last = len(cells) - 1
     for i, (value, width) in enumerate(zip(cells, widths, strict=True)):
-        cell = Text(value, style=(cell_styles or {}).get(i, ""))  # plain text, never markup
+        cell = Text(value, style=cell_style if i == styled else "")  # plain text, never markup
         cell.truncate(width, overflow="ellipsis", pad=i < last)
         line.append_text(cell)
         if i < last:
