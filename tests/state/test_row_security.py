@@ -61,7 +61,7 @@ def test_a_login_role_reads_the_queue_and_changes_only_its_own_jobs(pg):
         cur = c.execute("UPDATE jobs SET state = 'cancelled' WHERE id = %s", (his,))
         assert cur.rowcount == 0, "bob's row is not hers to change"
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            c.execute("UPDATE jobs SET priority = 99 WHERE id = %s", (hers,))
+            c.execute("UPDATE jobs SET max_retries = 99 WHERE id = %s", (hers,))
         with pytest.raises(psycopg.errors.InsufficientPrivilege, match="from queued to running"):
             c.execute("UPDATE jobs SET state = 'running' WHERE id = %s", (hers,))
         with pytest.raises(psycopg.errors.InsufficientPrivilege, match="row-level security"):

@@ -78,4 +78,32 @@ def user_add(name: str, agent: bool, password_stdin: bool) -> None:
         click.echo(f"password: {password}")
 
 
+@user.command("grant")
+@click.argument("name")
+def user_grant(name: str) -> None:
+    """Let NAME's existing role (made for another deployment on the same PostgreSQL
+    server) use this deployment too. Roles belong to the server, databases do not share
+    them unless told."""
+    _change_access(name, grant=True)
+
+
+@user.command("revoke")
+@click.argument("name")
+def user_revoke(name: str) -> None:
+    """Take this deployment away from NAME's role (it can no longer connect to its
+    database); other deployments on the server keep it."""
+    _change_access(name, grant=False)
+
+
+def _change_access(name: str, *, grant: bool) -> None:
+    from tpuq.state.roles import RoleError, grant_connect, revoke_connect
+
+    try:
+        with context.database(context.settings()).write() as s:
+            (grant_connect if grant else revoke_connect)(s, name)
+    except RoleError as e:
+        raise UserError(str(e)) from None
+    click.echo(f"{name} {'may now use' if grant else 'can no longer use'} this deployment")
+
+
 COMMANDS = [whoami, admin, user]
