@@ -11,6 +11,7 @@ import dataclasses
 import math
 import os
 import socket
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -222,6 +223,18 @@ def _config_file(environ: dict[str, str]) -> Path:
     return Path(home) / "config.toml"
 
 
+def _toml() -> Any:
+    """The TOML reader: the standard library's from Python 3.11, `tomli` (the same code,
+    a dependency for older Pythons) on 3.10, which TPU VM images (Ubuntu 22.04) run."""
+    if sys.version_info >= (3, 11):
+        import tomllib  # novm: 3.11+ only, guarded above
+
+        return tomllib
+    import tomli
+
+    return tomli
+
+
 def load(environ: dict[str, str] | None = None) -> Settings:
     """Defaults, then the TOML config file (if any), then TPUQ_* environment variables."""
     return load_with_sources(environ)[0]
@@ -241,13 +254,12 @@ def load_with_sources(environ: dict[str, str] | None = None
         raise SettingsError(f"cannot read config file {path}: {e.strerror} "
                             f"(set {ENV['home']} or {CONFIG_ENV})") from None
     if present:
-        import tomllib
-
+        toml = _toml()
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
+            data = toml.loads(path.read_text(encoding="utf-8"))
         except UnicodeDecodeError:
             raise SettingsError(f"cannot read config file {path}: it is not UTF-8 text") from None
-        except (OSError, tomllib.TOMLDecodeError) as e:
+        except (OSError, toml.TOMLDecodeError) as e:
             raise SettingsError(f"cannot read config file {path}: {e}") from None
         for key, raw in data.items():
             if key not in ENV:
