@@ -53,7 +53,8 @@ class Executor:
         self.gang_news: Callable[[], None] = lambda: None  # wakes the slice's other agents
         self.in_slice = False  # a worker of a multi-host slice: it also polls slice tasks
         self._paths: dict[tuple[int, ...], set[str]] = {}
-        self.devwatch = DeviceWatch(self._device_paths(tuple(self.chips)))
+        self.devwatch = DeviceWatch(self._device_paths(tuple(self.chips)),
+                                    trust_s=settings.devwatch_trust_s)
         with db.read() as s:
             self.dirs = WorkDirs(settings.logs_dir, settings.checkpoints_dir,
                                  queries.instance_id(s))
@@ -105,8 +106,21 @@ class Executor:
         for hook in self.end_hooks:
             hook(sup)
 
-    def tpu_busy(self, message: str) -> None:
-        log.warning("job output says the TPU is busy: %s", message.strip())
+    def tpu_busy(self, message: str, chips: tuple[int, ...]) -> str | None:
+        """A job's output says the TPU was busy: who holds its chips now, or None. A
+        holder tpuq did not start marks the host busy, as at a start; and after any busy
+        ending, inotify's "nobody opened them" is not trusted until a scan says so."""
+        self.devwatch.distrust()
+        foreign = self.clear_holders(chips)
+        if not foreign:
+            log.warning("job output says the TPU is busy (%s), but nobody holds chips %s",
+                        message.strip(), ",".join(map(str, chips)))
+            return None
+        reason = holders.held_by(foreign)
+        with self.db.write() as s:
+            self.held.set_busy(s, reason)
+        log.warning("job output says the TPU is busy: %s", reason)
+        return reason
 
     # ---- starting attempts -------------------------------------------------------------
     def start_attempt(self, job_id: int, attempt: int) -> Supervisor | None:
@@ -251,7 +265,8 @@ class Executor:
         with self.db.write() as s:  # one transaction: nobody sees the host busy and the job on it
             self.held.set_busy(s, reason)
             attempts.finish(s, w.job_id, w.attempt, self.name, Ending(Outcome.HOST_ERROR, reason),
-                            retry_backoff_s=self.settings.retry_backoff_s)
+                            retry_backoff_s=self.settings.retry_backoff_s,
+                            host_retries=self.settings.host_error_retries)
         log.warning("%s: not starting job %s", reason, w.job_id)
         return False
 

@@ -103,7 +103,7 @@ class HostContext(Protocol):
 
     def attempt_done(self, sup: Supervisor) -> None: ...
 
-    def tpu_busy(self, message: str) -> None: ...
+    def tpu_busy(self, message: str, chips: tuple[int, ...]) -> str | None: ...
 
 
 class Supervisor(threading.Thread):
@@ -190,7 +190,7 @@ class Supervisor(threading.Thread):
             self._write(lambda: functionjob.stage_out(self.ctx.db, spec.job_id, spec.attempt,
                                                       self.log_path), "storing its result")
         self._finish(outcome.ending_of(ended, self.log_path,
-                                       self.ctx.tpu_busy))
+                                       lambda said: self.ctx.tpu_busy(said, spec.chips)))
         self.link.send(op="collected")
 
     def _launch(self) -> Launch:
@@ -390,7 +390,8 @@ class Supervisor(threading.Thread):
         # the outcome must reach the database, however long it is away
         self._write(lambda: outcome.record(self.ctx.db, spec.job_id, spec.attempt,
                                            self.fence_host, end, progress=progress,
-                                           retry_backoff_s=self.ctx.settings.retry_backoff_s),
+                                           retry_backoff_s=self.ctx.settings.retry_backoff_s,
+                                           host_retries=self.ctx.settings.host_error_retries),
                     "recording the end of")
         status = f"exit {end.exit_code}" if end.exit_code is not None else \
             f"signal {end.exit_signal}" if end.exit_signal is not None else "no exit status"

@@ -149,8 +149,9 @@ class Scheduler:
         if not due:
             return []
         with self.db.write() as s:
-            requeued = attempts.requeue_expired(s, due,
-                                                retry_backoff_s=self.settings.retry_backoff_s)
+            requeued = attempts.requeue_expired(
+                s, due, retry_backoff_s=self.settings.retry_backoff_s,
+                host_retries=self.settings.host_error_retries)
         if requeued:
             log.warning("requeued jobs with expired leases: %s", requeued)
         return requeued
