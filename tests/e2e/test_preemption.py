@@ -120,8 +120,8 @@ def test_host_is_given_back_once_every_notice_source_says_the_maintenance_is_ove
 
     start = dt.datetime.now(dt.timezone.utc).isoformat()
     metadata.set("instance/maintenance-event", TERMINATE)
-    metadata.set("instance/upcoming-maintenance", {
-        "windowStartTime": start, "maintenanceType": "SCHEDULED", "maintenanceStatus": "ONGOING"})
+    metadata.set("instance/upcoming-maintenance", {  # snake_case, as GCE sends it
+        "window_start_time": start, "type": "SCHEDULED", "maintenance_status": "PENDING"})
     stack.wait_state(job_id, "queued", timeout=15)
     assert stack.attempts(job_id)[0].outcome == "preempted"
     both = wait_for(lambda: "upcoming maintenance" in busy() and busy(), 20, "both notices")
@@ -133,7 +133,7 @@ def test_host_is_given_back_once_every_notice_source_says_the_maintenance_is_ove
         "the window still keeps the host out"
     assert stack.job(job_id).state == "queued" and len(stack.attempts(job_id)) == 1
 
-    metadata.set("instance/upcoming-maintenance", None)  # 404: no window any more
+    metadata.set("instance/upcoming-maintenance", None)  # nothing pending any more
     stack.wait_state(job_id, "running", timeout=20)
     assert stack.host(host.name).busy_reason is None
     gate.touch()
