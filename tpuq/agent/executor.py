@@ -46,6 +46,8 @@ class Executor:
         self.tpu_type = tpu_type
         self.on_change = on_change  # wakes the scheduler: chips were freed or a host changed
         self.base_env = jobenv.from_agent(os.environ)
+        # what every job on this host gets besides (jobenv.single_slice_env)
+        self.host_env: dict[str, str] = {}
         self._lock = threading.Lock()
         self._running: dict[tuple[int, int], Supervisor] = {}
         self.accepting = True
@@ -95,6 +97,7 @@ class Executor:
             tcmalloc=spec.tcmalloc, tcmalloc_path=self.settings.tcmalloc_path,
             stop_signal=spec.stop_signal, progress_file=progress_path, gang=spec.gang,
             coordinator_port=self.settings.coordinator_port,
+            generation=devices.generation_of(self.tpu_type), host_env=self.host_env,
         )
 
     def attempt_done(self, sup: Supervisor) -> None:

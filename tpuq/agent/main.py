@@ -18,7 +18,7 @@ from typing import Any
 
 from tpuq import localclient
 from tpuq.agent import devices, identity, libtpu, pidlock, recovery, topology
-from tpuq.agent.errors import AgentError
+from tpuq.agent.errors import AgentError, HostUnfit
 from tpuq.agent.executor import Executor
 from tpuq.agent.localapi import LocalApi
 from tpuq.agent.localsock import LocalSocketServer
@@ -48,6 +48,49 @@ def read_boot_id(path: str) -> str:
         raise AgentError(f"cannot read boot id from {path}: {e}") from None
 
 
+def find_chips(settings: Settings) -> list[devices.Chip]:
+    """This host's chips (a TPU7x chip's two vfio groups as one), or HostUnfit saying
+    what to change: chips tpuq does not know, or TPU chips without device files."""
+    functions = devices.pci_functions(settings.pci_dir)
+    chips = devices.discover_chips(settings.device_glob)
+    if not settings.tpu_type:
+        groups = [c.index for c in chips if any("/vfio/" in p for p in c.paths)]
+        refused = devices.refusal(functions, groups)
+        if refused:
+            raise HostUnfit(refused)
+    chips = devices.group_by_pci(chips, functions)
+    if chips:
+        return chips
+    tpus = [f for f in functions if f.generation is not None]
+    if tpus:
+        gen = tpus[0].generation or ""
+        raise HostUnfit(
+            f"this VM has {len({f.base for f in tpus})} {gen} TPU chips on its PCI bus but no "
+            f"TPU device files ({settings.device_glob!r}): its OS image does not match its TPU "
+            f"generation. Recreate the VM with the {gen} software version "
+            f"({devices.IMAGES.get(gen, 'see the Cloud TPU docs')}), or set TPUQ_DEVICE_GLOB "
+            "if its device files are elsewhere")
+    raise AgentError(f"no TPU chips found with device glob {settings.device_glob!r} "
+                     "(set TPUQ_DEVICE_GLOB)")
+
+
+def warn_without_hugepages(path: str) -> bool:
+    """Warn (True) when transparent hugepages are not `always`: the TPU runtime's
+    start-up and shutdown are then much slower on v5e and later (jax cloud_tpu_init.py),
+    and chips take longer to be free after a kill."""
+    try:
+        with open(path) as f:
+            mode = f.read().strip()
+    except OSError:
+        return False  # not Linux, or no such knob: nothing to say
+    if "[always]" in mode:
+        return False
+    log.warning("transparent hugepages are %r, not always: TPU start-up and shutdown are much "
+                "slower on v5e and later; set them: echo always | sudo tee %s (the startup "
+                "script does it at boot)", mode, path)
+    return True
+
+
 def holder_of(settings: Settings) -> hosts.Holder:
     """This agent as a host name's holder: its machine (systemd's machine id, stable
     across reboots, new on a re-created VM) and its state directory."""
@@ -71,10 +114,7 @@ class Agent:
         self.holder = holder_of(settings)
         # every write of the host row names this start of the agent (state/hosts.py)
         self.held = hosts.Held(self.name, uuid.uuid4().hex)
-        chips = devices.discover_chips(settings.device_glob)
-        if not chips:
-            raise AgentError(f"no TPU chips found with device glob {settings.device_glob!r} "
-                             "(set TPUQ_DEVICE_GLOB)")
+        chips = find_chips(settings)
         self.tpu_type = devices.detect_tpu_type(len(chips), settings.pci_dir,
                                                 settings.tpu_type or None)
         topo = read_topology(settings.metadata_url) if settings.metadata_url and (
@@ -203,6 +243,7 @@ class Agent:
         if took_over:
             log.warning("%s", took_over)
         self.executor.keepers.start()
+        warn_without_hugepages(self.settings.thp_file)
         recovery.recover(self.executor, self.boot_id)
         self._serve_socket()
         if not self.settings.embedded:

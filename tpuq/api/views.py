@@ -31,6 +31,8 @@ def job_object(row: Any, viewer: Caller, env: Mapping[str, str] | None = None,
         "grace_s": row.grace_s, "time_limit_s": row.time_limit_s,
         "stop_request": row.stop_request, "notify": row.notify,
         "array_id": row.array_id, "array_index": row.array_index,
+        # TPU variables of the submitter's shell the job does not get (jobenv.dropped)
+        "env_dropped": list(getattr(row, "env_dropped", None) or ()),
         "started_at": getattr(current, "started_at", None),
         "step": getattr(current, "checkpoint_step", None),
         "step_at": getattr(current, "checkpoint_at", None),
