@@ -4,6 +4,8 @@ runtime's own words and a hint."""
 
 from __future__ import annotations
 
+import sys
+
 from tests.harness import fixture_cmd, wait_for
 
 
@@ -35,3 +37,27 @@ def test_a_busy_message_with_a_holder_on_the_chips_marks_the_host_busy(stack, ho
     release.touch()  # the stranger lets go: the host takes work again and the job runs
     job = stack.wait_state(job_id, "succeeded", timeout=30)
     assert job.failures == 0 and stack.host("tpu-a").busy_reason is None
+
+
+def test_a_job_on_a_multislice_node_sees_one_slice_and_drops_the_shells_tpu_variables(
+        stack, host, metadata, tmp_path):
+    """tpu-env of a multislice queued resource names MEGASCALE_* peers in other slices:
+    JAX would compute them for a single-host job, which then hangs."""
+    import json
+
+    from tests.harness import FIXTURES
+
+    metadata.set("instance/attributes/accelerator-type", "v5litepod-8")
+    metadata.set("instance/attributes/tpu-env", "NODE_ID: 'ms-0'\nMEGASCALE_NUM_SLICES: '2'\n"
+                 "MEGASCALE_SLICE_ID: '1'\nMEGASCALE_COORDINATOR_ADDRESS: '10.9.9.9:8080'\n")
+    metadata.set("instance/attributes/worker-network-endpoints", "t1v-n-ms-w-0")
+    stack.start_agent(host, TPUQ_METADATA_URL=metadata.url)
+    job_id = stack.submit("--", sys.executable, str(FIXTURES / "show_env.py"),
+                          TPU_LOAD_LIBRARY="0", MEGASCALE_NUM_SLICES="2")
+    stack.wait_state(job_id, "succeeded")
+    seen = json.loads(stack.log_text(job_id).strip().splitlines()[-1])["env"]
+    assert (seen["MEGASCALE_NUM_SLICES"], seen["MEGASCALE_SLICE_ID"],
+            seen["MEGASCALE_COORDINATOR_ADDRESS"]) == ("1", "0", "t1v-n-ms-w-0")
+    assert "TPU_LOAD_LIBRARY" not in seen
+    shown = stack.tpuq("show", str(job_id)).stdout
+    assert "dropped   MEGASCALE_NUM_SLICES, TPU_LOAD_LIBRARY" in shown

@@ -305,7 +305,7 @@ def test_disabled_without_base_url() -> None:
     assert not watcher.enabled and notices.q.empty()
     assert read_topology(None) == {
         "accelerator_type": None, "agent_worker_number": None, "worker_network_endpoints": None,
-        "tpu_env": None,
+        "tpu_env": None, "instance_name": None,
     }
 
 
@@ -344,6 +344,7 @@ def test_read_topology(md: FakeMetadata) -> None:
     assert topo["accelerator_type"] == "v5litepod-8"
     assert topo["agent_worker_number"] == 3
     assert topo["worker_network_endpoints"] is None
+    assert topo["instance_name"] == "t1v-n-fake-w-0", "instance/name, not an attribute"
 
 
 def test_subprocess_server_reads_state_file(tmp_path: Path) -> None:

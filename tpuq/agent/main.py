@@ -16,7 +16,7 @@ import threading
 import uuid
 from typing import Any
 
-from tpuq import localclient
+from tpuq import jobenv, localclient
 from tpuq.agent import devices, identity, libtpu, pidlock, recovery, topology
 from tpuq.agent.errors import AgentError, HostUnfit
 from tpuq.agent.executor import Executor
@@ -117,8 +117,7 @@ class Agent:
         chips = find_chips(settings)
         self.tpu_type = devices.detect_tpu_type(len(chips), settings.pci_dir,
                                                 settings.tpu_type or None)
-        topo = read_topology(settings.metadata_url) if settings.metadata_url and (
-            self.tpu_type is None or not settings.slice_name) else None
+        topo = read_topology(settings.metadata_url) if settings.metadata_url else None
         if self.tpu_type is None and topo:
             self.tpu_type = topo.get("accelerator_type")
         self.seat = topology.seat_of(settings, topo)
@@ -133,6 +132,9 @@ class Agent:
         self.executor = Executor(settings, db, self.held, boot_id=self.boot_id, chips=chips,
                                  tpu_type=self.tpu_type, on_change=self.wake_scheduler)
         self.executor.gang_news = self.announce
+        coordinator = topology.multislice_coordinator(topo)
+        if coordinator is not None:  # MEGASCALE_* in tpu-env: each job sees its slice alone
+            self.executor.host_env = jobenv.single_slice_env(coordinator)
         self.executor.in_slice = self.seat is not None
         # leader lease holder = the host name, not host:pid: a restarted agent resumes its
         # own lease at once, and only one agent holds a host name (hosts.register)

@@ -367,18 +367,22 @@ def read_topology(base_url: str | None, timeout_s: float = 2.0) -> dict[str, Any
     """Host topology from metadata attributes; None values when unknown or unreachable.
 
     Keys: ``accelerator_type`` (str, e.g. "v4-8"), ``agent_worker_number`` (int),
-    ``worker_network_endpoints`` (str, raw), ``tpu_env`` (str, raw: ``KEY: 'value'`` lines).
+    ``worker_network_endpoints`` (str, raw), ``tpu_env`` (str, raw: ``KEY: 'value'`` lines),
+    ``instance_name`` (str: ``instance/name``, which every GCE VM has; TPU VMs made through
+    Compute Engine may lack the Cloud TPU attributes).
     """
     result: dict[str, Any] = {
         "accelerator_type": None, "agent_worker_number": None, "worker_network_endpoints": None,
-        "tpu_env": None,
+        "tpu_env": None, "instance_name": None,
     }
     if not base_url:
         return result
     client = _Client(base_url)
     for key in result:
+        path = "instance/name" if key == "instance_name" else \
+            "instance/attributes/" + key.replace("_", "-")
         try:
-            status, body, _ = client.get("instance/attributes/" + key.replace("_", "-"), timeout_s)
+            status, body, _ = client.get(path, timeout_s)
         except MetadataError as exc:
             log.debug("read_topology: %s", exc)
             if key == "accelerator_type":
