@@ -241,8 +241,12 @@ class Executor:
                 orphans.append(p)
         return orphans, running, foreign
 
-    def clear_holders(self, chips: tuple[int, ...]) -> list[holders.ProcInfo]:
-        """Kill tpuq orphans holding these chips; return the foreign holders left.
+    def clear_holders(self, chips: tuple[int, ...],
+                      wait_s: float | None = None) -> list[holders.ProcInfo]:
+        """Kill tpuq orphans holding these chips; return the holders left: foreign ones,
+        and orphans that still hold a chip `wait_s` (TPUQ_CHIP_RELEASE_S) after the kill.
+        The next job starts only once nobody holds its chips, however long a dying
+        process takes to let go of them (vfio devices can take seconds).
 
         The /proc scan is skipped when inotify shows that every open of these device
         files since the last scan that found them free has been closed (devwatch.py).
@@ -258,7 +262,10 @@ class Executor:
         if orphans:
             log.warning("killing orphans of earlier attempts: %s",
                         "; ".join(holders.describe(p) for p in orphans))
-            holders.kill_and_wait([(p.pid, p.start_ticks) for p in orphans], timeout=10.0)
+            alive = holders.kill_and_wait(
+                [(p.pid, p.start_ticks) for p in orphans],
+                timeout=self.settings.chip_release_s if wait_s is None else wait_s)
+            foreign += [p for p in orphans if p.pid in alive]
         return foreign
 
     def _host_ready(self, w: AttemptSpec) -> bool:
@@ -308,7 +315,9 @@ class Executor:
             reason = host.busy_reason if host else None
         if reason is None:
             return
-        foreign = self.clear_holders(tuple(self.chips))
+        # a short wait: this runs on every heartbeat until they are gone
+        foreign = self.clear_holders(tuple(self.chips), wait_s=min(
+            1.0, self.settings.chip_release_s))
         if not foreign:
             with self.db.write() as s:
                 self.held.set_busy(s, None)

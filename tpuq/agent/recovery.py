@@ -138,11 +138,13 @@ def _kill_orphans(executor: Executor, adopted: set[tuple[int, int]], lost: list[
     if found:
         log.warning("killing orphans of earlier attempts: %s",
                     "; ".join(holders.describe(p) for p in found))
-        holders.kill_and_wait([(p.pid, p.start_ticks) for p in found], timeout=10.0)
+        holders.kill_and_wait([(p.pid, p.start_ticks) for p in found],
+                              timeout=executor.settings.chip_release_s)
     for job, att in lost:
         if att.pid and att.proc_start and holders.is_same_process(att.pid, att.proc_start):
             log.warning("killing orphan of job %s (pid %s)", job.id, att.pid)
-            holders.kill_and_wait([(att.pid, att.proc_start)], timeout=10.0)
+            holders.kill_and_wait([(att.pid, att.proc_start)],
+                                  timeout=executor.settings.chip_release_s)
 
 
 def _attempt_of(p: holders.ProcInfo) -> tuple[int, int] | None:

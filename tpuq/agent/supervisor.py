@@ -324,7 +324,8 @@ class Supervisor(threading.Thread):
             att = next((a for a in attempts.active_on_host(s, self.ctx.name)
                         if a[0].id == self.spec.job_id), None)
         if att is not None and att[1].pid and att[1].proc_start:
-            holders.kill_and_wait([(att[1].pid, att[1].proc_start)], timeout=10.0)
+            holders.kill_and_wait([(att[1].pid, att[1].proc_start)],
+                                  timeout=self.ctx.settings.chip_release_s)
         return {"code": None, "signal": None,
                 "error": "its keeper died; the attempt's end is unknown (requeued)",
                 "host_error": True}
