@@ -147,3 +147,19 @@ def test_read_tail_missing_or_undecodable(tmp_path: Path) -> None:
     log = tmp_path / "bin.log"
     log.write_bytes(b"\xff\xfeok\n")
     assert read_tail(str(log)) == "\ufffd\ufffdok\n"
+
+
+def test_an_end_under_a_platform_notice_is_a_preemption_whatever_the_exit() -> None:
+    from tpuq.agent.outcome import under_notice
+    from tpuq.state.attempts import Ending
+    from tpuq.state.states import Outcome
+
+    for outcome, code, sig in ((Outcome.SUCCEEDED, 0, None), (Outcome.FAILED, None, 15),
+                               (Outcome.REQUEUED, 75, None)):
+        end = under_notice(Ending(outcome, "x", code, sig), "instance preempted")
+        assert end.outcome is Outcome.PREEMPTED and "instance preempted" in end.reason
+        assert (end.exit_code, end.exit_signal) == (code, sig)
+    kept = Ending(Outcome.HOST_ERROR, "TPU did not start")
+    assert under_notice(kept, "instance preempted") is kept
+    done = Ending(Outcome.SUCCEEDED, "exited 0", 0)
+    assert under_notice(done, None) is done

@@ -48,6 +48,7 @@ class Executor:
         self.base_env = jobenv.from_agent(os.environ)
         # what every job on this host gets besides (jobenv.single_slice_env)
         self.host_env: dict[str, str] = {}
+        self.notice_source: Callable[[], str | None] = lambda: None  # the agent's
         self._lock = threading.Lock()
         self._running: dict[tuple[int, int], Supervisor] = {}
         self.accepting = True
@@ -108,6 +109,11 @@ class Executor:
         self.on_change()
         for hook in self.end_hooks:
             hook(sup)
+
+    def platform_notice(self) -> str | None:
+        """The preemption or maintenance notice standing for this host now (the agent's
+        notice policy, or the metadata server asked at once), or None."""
+        return self.notice_source()
 
     def tpu_busy(self, message: str, chips: tuple[int, ...]) -> str | None:
         """A job's output says the TPU was busy: who holds its chips now, or None. A

@@ -22,7 +22,7 @@ from tpuq.agent.errors import AgentError, HostUnfit
 from tpuq.agent.executor import Executor
 from tpuq.agent.localapi import LocalApi
 from tpuq.agent.localsock import LocalSocketServer
-from tpuq.agent.metadata import MaintenanceWatcher, read_topology
+from tpuq.agent.metadata import MaintenanceWatcher, preempted_now, read_topology
 from tpuq.agent.notices import NoticePolicy
 from tpuq.agent.notifier import Notifier
 from tpuq.agent.reserve import Reserve
@@ -132,6 +132,7 @@ class Agent:
         self.executor = Executor(settings, db, self.held, boot_id=self.boot_id, chips=chips,
                                  tpu_type=self.tpu_type, on_change=self.wake_scheduler)
         self.executor.gang_news = self.announce
+        self.executor.notice_source = self.platform_notice
         coordinator = topology.multislice_coordinator(topo)
         if coordinator is not None:  # MEGASCALE_* in tpu-env: each job sees its slice alone
             self.executor.host_env = jobenv.single_slice_env(coordinator)
@@ -331,6 +332,17 @@ class Agent:
             self.executor.poll_assigned()
 
     # ---- notices: what taking the host out of service and giving it back mean -------------
+    def platform_notice(self) -> str | None:
+        """The notice standing for this host now, asked when an attempt the agent sent
+        no stop ends: one in force, or the metadata server saying, asked now, that the VM
+        is being preempted (the platform's SIGTERM can come before the next poll, and a
+        job that caught it and saved exits 0)."""
+        standing = self.notices.reason
+        if standing is not None or not self.settings.metadata_url:
+            return standing
+        return "instance preempted" if preempted_now(self.settings.metadata_url) else None
+
+
     def _take_out(self, notices: str) -> None:
         self._mark_busy(notices)
         self.preempt_all(f"host notice: {notices}")

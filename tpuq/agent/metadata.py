@@ -363,6 +363,16 @@ class MaintenanceWatcher:
             self._notify(Source.UPCOMING, notice)
 
 
+def preempted_now(base_url: str, timeout_s: float = 2.0) -> bool:
+    """`instance/preempted` asked now: TRUE while a spot or preemptible VM is reclaimed
+    (Compute Engine docs); False when it says otherwise or does not answer."""
+    try:
+        status, body, _ = _Client(base_url).get(PREEMPTED, timeout_s)
+    except MetadataError:
+        return False
+    return status == 200 and body.strip().upper() == "TRUE"
+
+
 def read_topology(base_url: str | None, timeout_s: float = 2.0) -> dict[str, Any]:
     """Host topology from metadata attributes; None values when unknown or unreachable.
 

@@ -67,6 +67,20 @@ def natural_ending(ex: exits.Exit, log_path: str, busy_check: BusyCheck = _no_sc
     return Ending(Outcome.HOST_ERROR, why, ex.code, ex.signal)
 
 
+# What the platform's own SIGTERM may have ended (TPU Autocheckpoint, a spot VM reclaimed):
+# the job's work is not done whatever it exited with, so it is requeued as preempted.
+UNDER_NOTICE = frozenset({Outcome.SUCCEEDED, Outcome.FAILED, Outcome.REQUEUED})
+
+
+def under_notice(end: Ending, notice: str | None) -> Ending:
+    """`end` of an attempt the agent sent no stop, while `notice` (a preemption or
+    maintenance notice for its host) stood: preempted, whatever its exit status."""
+    if notice is None or end.outcome not in UNDER_NOTICE:
+        return end
+    return Ending(Outcome.PREEMPTED, f"ended under a platform notice ({notice}): {end.reason}",
+                  end.exit_code, end.exit_signal)
+
+
 def ending_of(ended: dict[str, Any], log_path: str, busy_check: BusyCheck = _no_scan) -> Ending:
     """The Ending a keeper's report (or exit file) means."""
     if ended.get("error"):

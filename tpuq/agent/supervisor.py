@@ -105,6 +105,8 @@ class HostContext(Protocol):
 
     def tpu_busy(self, message: str, chips: tuple[int, ...]) -> str | None: ...
 
+    def platform_notice(self) -> str | None: ...
+
 
 class Supervisor(threading.Thread):
     """`adopted`: the link to a keeper an earlier agent's life launched, and what it
@@ -189,8 +191,11 @@ class Supervisor(threading.Thread):
         if spec.runs_function:
             self._write(lambda: functionjob.stage_out(self.ctx.db, spec.job_id, spec.attempt,
                                                       self.log_path), "storing its result")
-        self._finish(outcome.ending_of(ended, self.log_path,
-                                       lambda said: self.ctx.tpu_busy(said, spec.chips)))
+        end = outcome.ending_of(ended, self.log_path,
+                                lambda said: self.ctx.tpu_busy(said, spec.chips))
+        if not self._stop_sent:  # the platform's SIGTERM, not ours (outcome.under_notice)
+            end = outcome.under_notice(end, self.ctx.platform_notice())
+        self._finish(end)
         self.link.send(op="collected")
 
     def _launch(self) -> Launch:
