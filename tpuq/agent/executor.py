@@ -55,6 +55,7 @@ class Executor:
         self.end_hooks: list[Callable[[Supervisor], None]] = []  # e.g. final log shipping
         self.gang_news: Callable[[], None] = lambda: None  # wakes the slice's other agents
         self.in_slice = False  # a worker of a multi-host slice: it also polls slice tasks
+        self.probing = False  # the shape probes run (probes.py): no attempt starts
         self._paths: dict[tuple[int, ...], set[str]] = {}
         self.devwatch = DeviceWatch(self._device_paths(tuple(self.chips)),
                                     trust_s=settings.devwatch_trust_s)
@@ -141,7 +142,7 @@ class Executor:
         """
         key = (job_id, attempt)
         with self._lock:
-            if key in self._running or not self.accepting:
+            if key in self._running or not self.accepting or self.probing:
                 return None
         lease_from = clock()  # the lease the start statement takes runs from no earlier
         with self.db.single() as s:
@@ -170,6 +171,19 @@ class Executor:
             return None
         return AttemptSpec.of(job, job_id, attempt, **more)
 
+    def begin_probe(self) -> bool:
+        """Hold every start while the shape probes run; False while an attempt runs."""
+        with self._lock:
+            if self._running or not self.accepting:
+                return False
+            self.probing = True
+            return True
+
+    def end_probe(self) -> None:
+        with self._lock:
+            self.probing = False
+        self.on_change()  # assigned attempts waited: the heartbeat's poll starts them
+
     def supervise(self, spec: AttemptSpec,
                   adopted: tuple[KeeperLink, dict[str, Any]] | None = None) -> Supervisor:
         """A supervisor for the attempt: for a new one, or for one an earlier agent's
@@ -187,7 +201,7 @@ class Executor:
 
         key = (job_id, attempt)
         with self._lock:
-            if key in self._running or not self.accepting:
+            if key in self._running or not self.accepting or self.probing:
                 return None
         with self.db.read() as s:
             row = gangs.worker_of(s, job_id, attempt, self.name)

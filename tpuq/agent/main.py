@@ -25,6 +25,7 @@ from tpuq.agent.localsock import LocalSocketServer
 from tpuq.agent.metadata import MaintenanceWatcher, preempted_now, read_topology
 from tpuq.agent.notices import NoticePolicy
 from tpuq.agent.notifier import Notifier
+from tpuq.agent.probes import HostShapes
 from tpuq.agent.reserve import Reserve
 from tpuq.agent.signals import StopSignals
 from tpuq.agent.tickers import Ticker
@@ -133,6 +134,8 @@ class Agent:
                                  tpu_type=self.tpu_type, on_change=self.wake_scheduler)
         self.executor.gang_news = self.announce
         self.executor.notice_source = self.platform_notice
+        self.shapes = HostShapes(self.executor, settings, devices.generation_of(self.tpu_type),
+                                 self._offer)
         coordinator = topology.multislice_coordinator(topo)
         if coordinator is not None:  # MEGASCALE_* in tpu-env: each job sees its slice alone
             self.executor.host_env = jobenv.single_slice_env(coordinator)
@@ -240,7 +243,7 @@ class Agent:
                     chips=[c.index for c in self.chips], boot_id=self.boot_id,
                     agent_pid=os.getpid(), stale_s=self.settings.host_stale_s,
                     seat=(self.seat.slice, self.seat.worker, self.seat.tpu_type)
-                    if self.seat else None)
+                    if self.seat else None, unavailable=self.shapes.initial())
         except hosts.NameTaken as e:
             raise AgentError(str(e)) from None
         if took_over:
@@ -248,6 +251,7 @@ class Agent:
         self.executor.keepers.start()
         warn_without_hugepages(self.settings.thp_file)
         recovery.recover(self.executor, self.boot_id)
+        self.shapes.tick()  # before any work: the shapes this host offers are proven
         self._serve_socket()
         if not self.settings.embedded:
             from tpuq.queue.worker import HostWorker
@@ -263,6 +267,8 @@ class Agent:
             Ticker("heartbeat", cfg.heartbeat_s, self._heartbeat),
             Ticker("tpu-logs", 3600, lambda: libtpu.trim_tpu_logs(cfg.tpu_logs_dir)),
             Ticker("notifier", cfg.notify_poll_s, Notifier(cfg, self.db, self.name).run_once),
+            # a changed Python, JAX or libtpu is noticed within 15 heartbeats (30 s)
+            Ticker("shape-probes", 15 * cfg.heartbeat_s, self.shapes.tick),
         ]
         for t in self.tickers:
             t.start()
@@ -346,6 +352,12 @@ class Agent:
     def _take_out(self, notices: str) -> None:
         self._mark_busy(notices)
         self.preempt_all(f"host notice: {notices}")
+
+    def _offer(self, unavailable: dict[str, str] | None) -> None:
+        """The shapes this host does not offer (probes.py), on its row; then schedule."""
+        with self.db.write() as s:
+            self.held.set_unavailable(s, unavailable)
+        self.wake_scheduler()
 
     def _mark_busy(self, notices: str) -> None:
         with self.db.write() as s:

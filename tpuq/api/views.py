@@ -72,7 +72,9 @@ def host_object(h: Any, jobs: Mapping[int, list[int]], now: float,
             "used": sum(len(c) for c in jobs.values()), "jobs": sorted(jobs),
             "heartbeat_at": h.heartbeat_at, "state": state,
             # a worker of a multi-host slice: the slice, its type, this worker's number
-            "slice": h.slice_name, "slice_type": h.slice_type, "worker": h.slice_worker}
+            "slice": h.slice_name, "slice_type": h.slice_type, "worker": h.slice_worker,
+            # chip counts (or "*", every shape) it does not offer, and why (shape probes)
+            "unavailable": dict(getattr(h, "unavailable", None) or {})}
 
 
 def worker_object(w: Any) -> dict[str, Any]:
