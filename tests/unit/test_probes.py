@@ -10,11 +10,11 @@ from tpuq.shapes import shapes_of
 
 
 def test_auto_probes_real_tpu_hosts_with_jax_and_nothing_else() -> None:
-    argv = command_of("auto", "v6e")
+    argv = command_of("auto", real_tpu=True)
     assert argv is not None and argv[:2] == ["python3", "-c"] and "local_devices" in argv[2]
-    assert command_of("auto", None) is None, "fake devices, off GCP: nothing to ask JAX"
-    assert command_of("off", "v6e") is None
-    assert command_of("/opt/venv/bin/python /opt/probe.py", None) == [
+    assert command_of("auto", real_tpu=False) is None, "fake devices: nothing to ask JAX"
+    assert command_of("off", real_tpu=True) is None
+    assert command_of("/opt/venv/bin/python /opt/probe.py", real_tpu=False) == [
         "/opt/venv/bin/python", "/opt/probe.py"]
 
 
@@ -38,6 +38,8 @@ def test_without_probes_a_known_generation_offers_its_verified_shapes_only() -> 
     assert "4" in got and "no bounds known" in got["4"], "4x2 v5e: 2,2,1 is not its shape"
     assert "2" in got and "unverified" in got["2"]
     assert unprobed(shapes_of(4), 4, None) == {}, "a host of no known generation: its table"
+    assert unprobed(shapes_of(4, "v5litepod"), 4, "v5litepod", real_tpu=False) == {}, \
+        "fake devices whose metadata names a type: no real chips to be wrong about"
 
 
 def test_the_scheduler_offers_neither_withheld_shapes_nor_a_withheld_whole_host() -> None:

@@ -116,8 +116,9 @@ class Agent:
         # every write of the host row names this start of the agent (state/hosts.py)
         self.held = hosts.Held(self.name, uuid.uuid4().hex)
         chips = find_chips(settings)
-        self.tpu_type = devices.detect_tpu_type(len(chips), settings.pci_dir,
-                                                settings.tpu_type or None)
+        # the type the PCI bus shows: real TPU chips, which `auto` shape probes ask JAX about
+        self.pci_type = devices.detect_tpu_type(len(chips), settings.pci_dir)
+        self.tpu_type = settings.tpu_type or self.pci_type
         topo = read_topology(settings.metadata_url) if settings.metadata_url else None
         if self.tpu_type is None and topo:
             self.tpu_type = topo.get("accelerator_type")
@@ -135,7 +136,7 @@ class Agent:
         self.executor.gang_news = self.announce
         self.executor.notice_source = self.platform_notice
         self.shapes = HostShapes(self.executor, settings, devices.generation_of(self.tpu_type),
-                                 self._offer)
+                                 self._offer, real_tpu=self.pci_type is not None)
         coordinator = topology.multislice_coordinator(topo)
         if coordinator is not None:  # MEGASCALE_* in tpu-env: each job sees its slice alone
             self.executor.host_env = jobenv.single_slice_env(coordinator)

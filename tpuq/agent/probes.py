@@ -72,13 +72,14 @@ class Result:
     files: tuple[str, ...] = ()
 
 
-def command_of(setting: str, generation: str | None) -> list[str] | None:
-    """The probe's argv, or None: nothing to probe (the table's shapes are offered)."""
+def command_of(setting: str, real_tpu: bool) -> list[str] | None:
+    """The probe's argv, or None: nothing to probe. `auto` asks JAX only on a host whose
+    PCI bus shows TPU chips (not on fake devices, whatever type the metadata names)."""
     word = setting.strip()
     if word.lower() in ("off", "none", ""):
         return None
     if word.lower() == "auto":
-        return ["python3", "-c", SCRIPT] if generation else None
+        return ["python3", "-c", SCRIPT] if real_tpu else None
     return shlex.split(word)
 
 
@@ -149,14 +150,15 @@ def withheld(results: list[Result], table: Mapping[int, Bounds],
     return out
 
 
-def unprobed(table: Mapping[int, Bounds], host_chips: int, generation: str | None
-             ) -> dict[str, str]:
+def unprobed(table: Mapping[int, Bounds], host_chips: int, generation: str | None,
+             real_tpu: bool = True) -> dict[str, str]:
     """Without probes: shapes the generation's table leaves out (a host-size table
-    shape it has no bounds for), and on a known generation its unverified shapes."""
+    shape it has no bounds for), and on real chips of a known generation its unverified
+    shapes. Fake devices (no TPU on the PCI bus) offer the rest of their table."""
     out = {str(n): f"no bounds known for {n} chips on this {generation} host"
            for n in shapes_of(host_chips) if n not in table}
-    if generation:
-        out.update({str(n): f"unverified ({b.source}) and not probed (TPUQ_PROBE_COMMAND=off)"
+    if generation and real_tpu:
+        out.update({str(n): f"unverified ({b.source}) and not probed (TPUQ_PROBE_COMMAND)"
                     for n, b in table.items() if not b.verified})
     return out
 
@@ -224,22 +226,23 @@ class HostShapes:
     meanwhile). `write(unavailable)` records the result on the host's row."""
 
     def __init__(self, executor: Any, settings: Settings, generation: str | None,
-                 write: Callable[[dict[str, str] | None], None]) -> None:
+                 write: Callable[[dict[str, str] | None], None], real_tpu: bool) -> None:
         self.executor = executor
         self.settings = settings
         self.generation = generation
         self.write = write
         self.n = len(executor.chips)
         self.table = shapes_of(self.n, generation)
-        self.prover = Prover(command_of(settings.probe_command, generation),
+        self.prover = Prover(command_of(settings.probe_command, real_tpu),
                              os.path.join(settings.home, "run", settings.host, "shapes.json"),
                              settings.probe_timeout_s)
         self.pending = False
+        self.real_tpu = real_tpu
 
     def initial(self) -> dict[str, str] | None:
         """What the host offers when it registers (None: every shape of its table)."""
         if self.prover.argv is None:
-            return unprobed(self.table, self.n, self.generation) or None
+            return unprobed(self.table, self.n, self.generation, self.real_tpu) or None
         if self.prover.load():
             return self.prover.results or None
         self.pending = True
