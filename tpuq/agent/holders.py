@@ -167,6 +167,9 @@ def _pids(proc: str) -> list[int]:
 
 
 Identity = tuple[int, ...]
+# device files no TPU is opened as, whatever the namespace (terminals, /dev/null...)
+_NEVER_A_TPU = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random", "/dev/pts/",
+                "/dev/tty", "/dev/ptmx", "/dev/shm/", "/dev/console", "/dev/kmsg")
 
 
 def device_identity(st: os.stat_result) -> Identity:
@@ -202,6 +205,8 @@ class Devices:
             return True
         if not target.startswith("/") or not (self.anywhere or target.startswith("/dev/")):
             return False  # a socket, a pipe, or a file outside /dev (see the module doc)
+        if not self.anywhere and target.startswith(_NEVER_A_TPU):
+            return False  # what every process has open: no stat for it
         try:
             return device_identity(os.stat(fd_path)) in self.ids
         except OSError:
