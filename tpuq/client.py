@@ -211,7 +211,8 @@ def submit(fn: Callable[..., Any], *args: Any, chips: int | None = None,
         limit = parse_duration(time_limit) if isinstance(time_limit, str) else time_limit
         spec = JobSpec(
             command=[python or sys.executable, "-m", runfn.MODULE], cwd=os.getcwd(),
-            env=jobenv.capture(os.environ, ()), owner=cfg.user_name, team=team or cfg.team,
+            env=jobenv.capture(os.environ, ()), env_dropped=jobenv.dropped(os.environ),
+            owner=cfg.user_name, team=team or cfg.team,
             name=name or getattr(fn, "__qualname__", None) or "function", priority=priority,
             chips=chips, tpu_type=tpu_type, grace_s=cfg.default_grace_s, time_limit_s=limit,
             max_retries=max_retries, notify=events, notify_to=destinations).validate()

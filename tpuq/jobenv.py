@@ -32,6 +32,12 @@ WORKER_ID = "TPUQ_WORKER_ID"
 NUM_WORKERS = "TPUQ_NUM_WORKERS"
 SLICE = "TPUQ_SLICE"
 COORDINATOR_PORT = "JAX_COORDINATOR_PORT"  # jax.distributed's port; per subset (below)
+# JAX before 0.8.1 ignores JAX_COORDINATOR_PORT; the address works in every version
+# (jax `_src/distributed.py`), so a subset job gets both
+COORDINATOR_ADDRESS = "JAX_COORDINATOR_ADDRESS"
+# libtpu's runtime metrics server binds 8431 in every process unless this says otherwise
+# (tpu-info README; marin #6985: "Address already in use")
+METRICS_PORTS = "TPU_RUNTIME_METRICS_PORTS"
 # Every child of an attempt inherits these: they mark a process as an attempt's (holders.py).
 MARKER_VARS = (JOB_ID, ATTEMPT, HOST, CHECKPOINT_DIR)
 # What the job-side helper reads (tpuq/job.py spells them itself to stay import-light;
@@ -61,7 +67,7 @@ SESSION_VARS = {  # they describe the submitting terminal session, which the job
 }
 SESSION_PREFIXES = ("SSH_", "XDG_SESSION_", "BYOBU_")  # an SSH connection or login session
 # tpuq sets these for the account the job runs as, and for the attempt:
-OWNED = ("HOME", "USER", "LOGNAME", COORDINATOR_PORT)
+OWNED = ("HOME", "USER", "LOGNAME", COORDINATOR_PORT, COORDINATOR_ADDRESS)
 OWNED_PREFIXES = ("TPUQ_",)
 # `--export NONE` keeps only what the job needs to find its interpreter and libraries
 # (`--export VAR,...` adds those variables to it).
@@ -85,6 +91,11 @@ PARTITION_VARS = (
     "TPU_VISIBLE_DEVICES",
     "TPU_CHIPS_PER_PROCESS_BOUNDS",
     "TPU_PROCESS_BOUNDS",
+    # the names libtpu read before mid-2022 (pytorch/xla #3956), set with the current ones
+    "TPU_CHIPS_PER_HOST_BOUNDS",
+    "TPU_HOST_BOUNDS",
+    METRICS_PORTS,
+    COORDINATOR_ADDRESS,
     "TPU_PROCESS_PORT",
     "TPU_MESH_CONTROLLER_PORT",
     "TPU_MESH_CONTROLLER_ADDRESS",
@@ -92,6 +103,40 @@ PARTITION_VARS = (
     "CLOUD_TPU_TASK_ID",
     "ALLOW_MULTIPLE_LIBTPU_LOAD",
 )
+
+# Variables of a user's shell that change what JAX and libtpu see (docs/tpu-facts.md): a
+# job gets none of them from its submitter; `tpuq show` lists those it dropped.
+SCRUBBED = {
+    "TPU_LOAD_LIBRARY": "0 stops JAX from loading libtpu (notebook advice)",
+    "TPU_WORKER_ID": "sends JAX down its GKE path (clusters/cloud_tpu_cluster.py)",
+    "TPU_WORKER_HOSTNAMES": "sends JAX down its GKE path",
+    "TPU_SKIP_MDS_QUERY": "hides the metadata server from libtpu and JAX",
+    "TPU_ACCELERATOR_TYPE": "describes another slice than the job's chips",
+}
+SCRUBBED_PREFIXES = ("TPU_TOPOLOGY", "MEGASCALE_")  # another slice's shape; multislice peers
+
+
+def tpuq_sets_or_clears(name: str) -> bool:
+    """A TPU variable tpuq owns (chip partition, ports) or clears (SCRUBBED): never taken
+    from the submitter. TPU_LIBRARY_PATH (which libtpu to load) is the user's."""
+    return (name in PARTITION_VARS or name in SCRUBBED or name.startswith(SCRUBBED_PREFIXES)
+            or name in (COORDINATOR_PORT, COORDINATOR_ADDRESS))
+
+
+def dropped(environ: Mapping[str, str], assignments: Sequence[str] = ()) -> list[str]:
+    """The TPU variables of the submitting shell (or `--env`) a job will not get."""
+    names = set(environ) | {a.partition("=")[0] for a in assignments}
+    return sorted(n for n in names if tpuq_sets_or_clears(n))
+
+
+def single_slice_env(coordinator: str) -> dict[str, str]:
+    """On a node of a multislice queued resource (MEGASCALE_* in its tpu-env metadata):
+    what makes a job see one slice, its own. JAX reads these from the environment before
+    the metadata (clusters/cloud_tpu_cluster.py, get_tpu_env_value); `coordinator` is the
+    host of the slice's worker 0."""
+    return {"MEGASCALE_NUM_SLICES": "1", "MEGASCALE_SLICE_ID": "0",
+            "MEGASCALE_COORDINATOR_ADDRESS": coordinator}
+
 
 # ---- TCMalloc -----------------------------------------------------------------------------------
 LARGE_ALLOC_VAR = "TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD"
@@ -103,7 +148,7 @@ _PRELOAD_SPLIT = re.compile(r"[:\s]+")
 def _passes(name: str) -> bool:
     """Whether `--export ALL` takes this variable of the submitting shell."""
     return not (name in SESSION_VARS or name.startswith(SESSION_PREFIXES) or name in OWNED
-                or name.startswith(OWNED_PREFIXES) or name in PARTITION_VARS)
+                or name.startswith(OWNED_PREFIXES) or tpuq_sets_or_clears(name))
 
 
 def export_names(export: str) -> tuple[str, ...] | None:
@@ -142,7 +187,8 @@ def capture(environ: Mapping[str, str], assignments: Sequence[str],
             if name not in environ:
                 raise SpecError(f"--env {name}: not set in this shell (use {name}=VALUE)")
             value = environ[name]
-        env[name] = value
+        if not tpuq_sets_or_clears(name):  # dropped() lists it for `tpuq show`
+            env[name] = value
     return env
 
 
@@ -159,17 +205,18 @@ def account_env(name: str, home: str) -> dict[str, str]:
 MAX_HOST_CHIPS = 8  # the largest host (shapes.BOUNDS); the port layout below needs it
 
 
-def partition_ports(chips: Sequence[int], port_base: int) -> tuple[int, int, int]:
-    """(TPU_PROCESS_PORT, TPU_MESH_CONTROLLER_PORT, JAX_COORDINATOR_PORT) for a subset.
+def partition_ports(chips: Sequence[int], port_base: int) -> tuple[int, int, int, int]:
+    """(TPU_PROCESS_PORT, TPU_MESH_CONTROLLER_PORT, JAX coordinator port, libtpu metrics
+    port) for a subset.
 
     Keyed by the subset's lowest chip: subsets that can run at the same time are
     disjoint, so their lowest chips differ and their ports never meet. Two libtpu ports
     per chip index from `port_base`, then one coordinator port per chip index after them
-    (port_base + 16 + chip).
+    (port_base + 16 + chip), then one metrics port per chip index (port_base + 24 + chip).
     """
     low = min(chips)
     return (port_base + 2 * low, port_base + 2 * low + 1,
-            port_base + 2 * MAX_HOST_CHIPS + low)
+            port_base + 2 * MAX_HOST_CHIPS + low, port_base + 3 * MAX_HOST_CHIPS + low)
 
 
 def _validate_chips(chips: Sequence[int], host_chip_count: int) -> None:
@@ -183,20 +230,28 @@ def _validate_chips(chips: Sequence[int], host_chip_count: int) -> None:
 
 
 def partition_env(chips: Sequence[int] | None, host_chip_count: int,
-                  port_base: int) -> dict[str, str]:
+                  port_base: int, generation: str | None = None) -> dict[str, str]:
     """Variables that confine libtpu to `chips`; empty for the whole host."""
     if chips is None:
         return {}
     _validate_chips(chips, host_chip_count)
     if len(chips) >= host_chip_count:
         return {}
-    process_port, mesh_port, coordinator_port = partition_ports(chips, port_base)
+    process_port, mesh_port, coordinator_port, metrics_port = partition_ports(chips, port_base)
+    visible = ",".join(str(c) for c in sorted(chips))
+    bounds = chip_bounds(len(chips), host_chip_count, generation)
     return {
         # each subset job's jax.distributed.initialize() gets a coordinator of its own
         COORDINATOR_PORT: str(coordinator_port),
-        "TPU_VISIBLE_CHIPS": ",".join(str(c) for c in sorted(chips)),
-        "TPU_CHIPS_PER_PROCESS_BOUNDS": chip_bounds(len(chips), host_chip_count),
+        COORDINATOR_ADDRESS: f"localhost:{coordinator_port}",
+        METRICS_PORTS: str(metrics_port),
+        "TPU_VISIBLE_CHIPS": visible,
+        "TPU_CHIPS_PER_PROCESS_BOUNDS": bounds,
         "TPU_PROCESS_BOUNDS": "1,1,1",
+        # the same under the names libtpu read before mid-2022 (pytorch/xla #3956)
+        "TPU_VISIBLE_DEVICES": visible,
+        "TPU_CHIPS_PER_HOST_BOUNDS": bounds,
+        "TPU_HOST_BOUNDS": "1,1,1",
         "TPU_PROCESS_PORT": str(process_port),
         "TPU_MESH_CONTROLLER_PORT": str(mesh_port),
         # Older libtpu reads the address rather than the port (skye's subset gist).
@@ -252,15 +307,19 @@ def build_env(
     exists: Callable[[str], bool] = os.path.exists,
     gang: tuple[int, int, str] | None = None,
     coordinator_port: int | None = None,
+    generation: str | None = None,
+    host_env: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The complete environment of one attempt (raises ValueError for an unshapeable subset).
     `gang`: (worker, workers, slice) of a slice job's task, whose JAX coordinator listens
     on `coordinator_port` (the metadata is left alone: a bare jax.distributed.initialize()
-    finds its peers there on a TPU VM)."""
+    finds its peers there on a TPU VM). `generation` picks the bounds table's row
+    (shapes.py); `host_env`: what the host adds for every job (single_slice_env)."""
     env = {**base, **job_env}
-    for name in PARTITION_VARS:
-        env.pop(name, None)
-    env.update(partition_env(chips, host_chip_count, port_base))
+    for name in [n for n in env if tpuq_sets_or_clears(n)]:
+        del env[name]
+    env.update(host_env or {})
+    env.update(partition_env(chips, host_chip_count, port_base, generation))
     own = {JOB_ID: str(job_id), ATTEMPT: str(attempt), HOST: host,
            CHECKPOINT_DIR: checkpoint_dir, RESUMED: "1" if resumed else "0"}
     if gang is not None:

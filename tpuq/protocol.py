@@ -24,7 +24,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 if TYPE_CHECKING:
-    from typing import dataclass_transform
+    from typing import dataclass_transform  # novm: type checkers only
 else:
     def dataclass_transform(**_: Any) -> Callable[[type], type]:
         return lambda cls: cls

@@ -11,6 +11,7 @@ import dataclasses
 import math
 import os
 import socket
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,12 @@ ENV: dict[str, str] = {
     "notify_poll_s": "TPUQ_NOTIFY_POLL_S",
     "notify_tries": "TPUQ_NOTIFY_TRIES",
     "notify_retry_s": "TPUQ_NOTIFY_RETRY_S",
+    "host_error_retries": "TPUQ_HOST_ERROR_RETRIES",
+    "chip_release_s": "TPUQ_CHIP_RELEASE_S",
+    "devwatch_trust_s": "TPUQ_DEVWATCH_TRUST_S",
+    "probe_command": "TPUQ_PROBE_COMMAND",
+    "probe_timeout_s": "TPUQ_PROBE_TIMEOUT_S",
+    "thp_file": "TPUQ_THP_FILE",
 }
 CONFIG_ENV = "TPUQ_CONFIG"
 # settings that take one of a few words
@@ -129,6 +136,22 @@ class Settings:
     notify_poll_s: float = 2.0
     notify_tries: int = 8
     notify_retry_s: float = 30.0
+    # a job requeued for host problems (the TPU did not start, its host vanished) this
+    # many times in a row fails at the next one, with the runtime's message: no silent loop
+    host_error_retries: int = 3
+    # after a kill, how long the agent waits for every process to let go of the chips
+    # before the next job may start (vfio devices can take seconds to release)
+    chip_release_s: float = 60.0
+    # how long a /proc scan that found the chips free is trusted while inotify shows no
+    # open since (agent/devwatch.py); a container's own device node is invisible to it
+    devwatch_trust_s: float = 10.0
+    # what proves a chip shape on this host (agent/probes.py): "auto" (JAX lists its
+    # local devices, on a host whose TPU PCI devices are known), "off", or a command
+    # line run in a job's environment for that shape
+    probe_command: str = "auto"
+    probe_timeout_s: float = 300.0
+    # transparent hugepages: the agent warns at start unless this says [always]
+    thp_file: str = "/sys/kernel/mm/transparent_hugepage/enabled"
 
     # ---- derived -------------------------------------------------------------------
     @property
@@ -222,6 +245,18 @@ def _config_file(environ: dict[str, str]) -> Path:
     return Path(home) / "config.toml"
 
 
+def _toml() -> Any:
+    """The TOML reader: the standard library's from Python 3.11, `tomli` (the same code,
+    a dependency for older Pythons) on 3.10, which TPU VM images (Ubuntu 22.04) run."""
+    if sys.version_info >= (3, 11):
+        import tomllib  # novm: 3.11+ only, guarded above
+
+        return tomllib
+    import tomli
+
+    return tomli
+
+
 def load(environ: dict[str, str] | None = None) -> Settings:
     """Defaults, then the TOML config file (if any), then TPUQ_* environment variables."""
     return load_with_sources(environ)[0]
@@ -241,13 +276,12 @@ def load_with_sources(environ: dict[str, str] | None = None
         raise SettingsError(f"cannot read config file {path}: {e.strerror} "
                             f"(set {ENV['home']} or {CONFIG_ENV})") from None
     if present:
-        import tomllib
-
+        toml = _toml()
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
+            data = toml.loads(path.read_text(encoding="utf-8"))
         except UnicodeDecodeError:
             raise SettingsError(f"cannot read config file {path}: it is not UTF-8 text") from None
-        except (OSError, tomllib.TOMLDecodeError) as e:
+        except (OSError, toml.TOMLDecodeError) as e:
             raise SettingsError(f"cannot read config file {path}: {e}") from None
         for key, raw in data.items():
             if key not in ENV:
@@ -270,12 +304,13 @@ def check(s: Settings) -> str | None:
     None when they can."""
     positive = ("heartbeat_s", "lease_s", "leader_lease_s", "host_stale_s", "poll_s",
                 "fair_share_half_life_h", "broker_visibility_s", "gang_start_s",
-                "notify_poll_s", "notify_tries")
+                "notify_poll_s", "notify_tries", "probe_timeout_s")
     for name in positive:
         if getattr(s, name) <= 0:
             return f"{ENV[name]} must be positive, got {getattr(s, name):g}"
     for name in ("default_grace_s", "retry_backoff_s", "maintenance_lead_s",
-                 "notify_preempts", "notify_retry_s"):
+                 "notify_preempts", "notify_retry_s", "host_error_retries", "chip_release_s",
+                 "devwatch_trust_s"):
         if getattr(s, name) < 0:
             return f"{ENV[name]} cannot be negative, got {getattr(s, name):g}"
     if s.heartbeat_s >= s.lease_s:

@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpuq.settings import Settings
-from tpuq.shapes import slice_hosts
+from tpuq.shapes import canonical, slice_hosts
 
 SPEC_FIELDS = (
     "command", "cwd", "env", "owner", "team", "name", "priority", "chips", "tpu_type",
     "stop_signal", "grace_s", "time_limit_s", "max_retries", "requeue_on_preempt",
-    "tcmalloc", "resubmit_of", "notify", "notify_to",
+    "tcmalloc", "resubmit_of", "notify", "notify_to", "env_dropped",
 )
 
 # What fits the columns (state/models.py) and what a sane job asks for.
@@ -87,6 +87,8 @@ class JobSpec:
     resubmit_of: int | None = None
     notify: str | None = None  # NOTIFY_EVENTS, comma separated
     notify_to: str | None = None  # Apprise URLs, one per line
+    # TPU variables of the submitter's shell tpuq sets or clears (jobenv.dropped)
+    env_dropped: list[str] | None = None
 
     def validate(self) -> JobSpec:
         """Check every field's type, range and length; SpecError says what is wrong."""
@@ -110,6 +112,7 @@ class JobSpec:
             self.tpu_type = _text(self.tpu_type, "--tpu-type", MAX_TPU_TYPE)
             if not _TPU_TYPE.match(self.tpu_type):
                 raise SpecError(f"--tpu-type {_shown(self.tpu_type)}: e.g. v4-8, v5litepod-16")
+            self.tpu_type = canonical(self.tpu_type)  # v5e-8 is v5litepod-8
             if self.workers is not None and self.chips is not None:
                 raise SpecError(f"a {self.tpu_type} job runs on every chip of each of its "
                                 f"{self.workers} workers; --chips is for single-host types")
@@ -128,6 +131,7 @@ class JobSpec:
         if self.resubmit_of is not None:
             self.resubmit_of = _int(self.resubmit_of, "resubmit_of", 1, MAX_ID)
         self.notify, self.notify_to = notify_fields(self.notify, self.notify_to)
+        self.env_dropped = _names(self.env_dropped)
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -233,6 +237,19 @@ def _env(value: Any) -> dict[str, str]:
     if total > MAX_ENV:
         raise SpecError(f"the environment is {total} characters; at most {MAX_ENV}")
     return dict(value)
+
+
+MAX_DROPPED = 64
+
+
+def _names(value: Any) -> list[str] | None:
+    """A short list of environment variable names (env_dropped), or None."""
+    if value is None or value == []:
+        return None
+    if not isinstance(value, list) or len(value) > MAX_DROPPED or not all(
+            isinstance(n, str) and len(n) <= MAX_ENV_NAME and _ENV_NAME.match(n) for n in value):
+        raise SpecError(f"env_dropped is a list of at most {MAX_DROPPED} variable names")
+    return sorted(set(value))
 
 
 def notify_asked(events: str | None, urls: Sequence[str], cfg: Settings

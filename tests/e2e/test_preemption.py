@@ -120,8 +120,8 @@ def test_host_is_given_back_once_every_notice_source_says_the_maintenance_is_ove
 
     start = dt.datetime.now(dt.timezone.utc).isoformat()
     metadata.set("instance/maintenance-event", TERMINATE)
-    metadata.set("instance/upcoming-maintenance", {
-        "windowStartTime": start, "maintenanceType": "SCHEDULED", "maintenanceStatus": "ONGOING"})
+    metadata.set("instance/upcoming-maintenance", {  # snake_case, as GCE sends it
+        "window_start_time": start, "type": "SCHEDULED", "maintenance_status": "PENDING"})
     stack.wait_state(job_id, "queued", timeout=15)
     assert stack.attempts(job_id)[0].outcome == "preempted"
     both = wait_for(lambda: "upcoming maintenance" in busy() and busy(), 20, "both notices")
@@ -133,7 +133,7 @@ def test_host_is_given_back_once_every_notice_source_says_the_maintenance_is_ove
         "the window still keeps the host out"
     assert stack.job(job_id).state == "queued" and len(stack.attempts(job_id)) == 1
 
-    metadata.set("instance/upcoming-maintenance", None)  # 404: no window any more
+    metadata.set("instance/upcoming-maintenance", None)  # nothing pending any more
     stack.wait_state(job_id, "running", timeout=20)
     assert stack.host(host.name).busy_reason is None
     gate.touch()
@@ -326,3 +326,23 @@ def test_upcoming_maintenance_far_away_lets_jobs_run_until_the_lead_time(stack, 
     assert job.preemptions == 1
     [first] = [a for a in stack.attempts(job_id) if a.number == 1]
     assert "upcoming maintenance SCHEDULED" in first.reason, "the notice is on the attempt"
+
+
+def test_a_platform_sigterm_on_a_reclaimed_vm_is_a_preemption_whatever_the_exit(
+        stack, host, tmp_path, metadata):
+    """A spot VM reclaimed (or TPU Autocheckpoint) sends SIGTERM to the training process
+    itself, not through tpuq. A job that saves and exits 0 then has work left: it is
+    recorded preempted and requeued, not succeeded."""
+    stack.start_agent(host, TPUQ_METADATA_URL=metadata.url)
+    marker = tmp_path / "saved"
+    job_id = stack.submit(*fixture_cmd("trap_term.py", marker))
+    first = stack.wait_process(job_id)
+    stack.wait_log(job_id, "ready")
+    metadata.set("instance/preempted", "TRUE")  # before the agent's next poll sees it
+    os.kill(first.pid, signal.SIGTERM)
+    wait_for(lambda: stack.attempts(job_id)[0].outcome, 20, "the attempt's end")
+    [att] = [a for a in stack.attempts(job_id) if a.number == 1]
+    assert att.exit_code == 0 and marker.exists(), "the job saved and exited 0"
+    assert att.outcome == "preempted" and "instance preempted" in att.reason
+    job = stack.job(job_id)
+    assert job.state != "succeeded" and job.preemptions == 1 and job.failures == 0

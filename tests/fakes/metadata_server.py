@@ -5,8 +5,10 @@ In-process::
     with FakeMetadata() as md:
         md.url                      # http://127.0.0.1:PORT/computeMetadata/v1/
         md.set("instance/maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
-        md.set("instance/upcoming-maintenance", {"windowStartTime": "...", ...})
-        md.set("instance/upcoming-maintenance", None)   # absent -> 404
+        md.set("instance/upcoming-maintenance", {"window_start_time": "...", ...})
+        md.set("instance/upcoming-maintenance", None)   # nothing pending, as GCE says it
+        md.set("instance/preempted", Reply(503, "..."))  # any answer, as it is
+        md.set("instance/attributes/tpu-env", None)     # absent -> 404
 
 As a subprocess (so an end-to-end test can flip values in another process)::
 
@@ -21,6 +23,10 @@ otherwise); every value carries an ``ETag``; ``?wait_for_change=true`` hangs unt
 value's ETag differs from ``last_etag`` (or from the current one when ``last_etag`` is
 absent), or until ``timeout_sec`` passes, then returns the current value.
 ``FakeMetadata(etags=False)`` sends no ETag, as a server a client must poll.
+
+Each response shape names its source beside it (`answer`, `_upcoming`); docs/tpu-facts.md
+lists them. What no source shows is not invented here: a test that needs another answer
+sets it with `Reply`.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
@@ -42,27 +49,75 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 PREFIX = "/computeMetadata/v1/"
-DEFAULTS: dict[str, str] = {
+UPCOMING = "instance/upcoming-maintenance"
+DEFAULTS: dict[str, Any] = {
+    # Compute Engine docs, "Query the metadata server for maintenance event notices":
+    # NONE, MIGRATE_ON_HOST_MAINTENANCE or TERMINATE_ON_HOST_MAINTENANCE
     "instance/maintenance-event": "NONE",
+    # Compute Engine docs, "Detect if a VM was preempted": TRUE or FALSE
     "instance/preempted": "FALSE",
+    "instance/name": "t1v-n-fake-w-0",
     "instance/attributes/accelerator-type": "v4-8",
     "instance/attributes/agent-worker-number": "0",
+    UPCOMING: None,  # nothing pending (see _upcoming)
 }
 NOT_FOUND_BODY = "<!DOCTYPE html>\n<title>Error 404 (Not Found)!!1</title>\n"
 FORBIDDEN_BODY = "Missing Metadata-Flavor:Google header.\n"
+# Google's sapagent, internal/processmetrics/infra/infra.go
+# (metadataNoUpcomingMaintenanceResponse): what the server says before any notice
+NO_NOTIFICATIONS_BODY = '{ "error": "no notifications have been received yet, try again later" }'
 MAX_WAIT_S = 300.0  # upper bound for a hanging GET without timeout_sec
 POLL_S = 0.05  # how often waiters re-check a state file changed by another process
 
 
-def _encode(value: Any) -> str | None:
+@dataclass(frozen=True)
+class Reply:
+    """An answer exactly as given: for shapes a test wants to send as they are."""
+
+    status: int
+    body: str
+
+
+def _canon(value: Any) -> str | None:
     if value is None or isinstance(value, str):
         return value
-    return json.dumps(value)
+    if isinstance(value, Reply):
+        return f"{value.status}\0{value.body}"
+    return json.dumps(value, sort_keys=True)
 
 
-def etag_of(value: str | None) -> str:
+def etag_of(value: Any) -> str:
     """Content-derived ETag, like GCE's: equal values have equal ETags."""
-    return hashlib.sha1((value if value is not None else "\0absent").encode()).hexdigest()[:16]
+    text = _canon(value)
+    return hashlib.sha1((text if text is not None else "\0absent").encode()).hexdigest()[:16]
+
+
+def _upcoming(value: Any, as_json: bool) -> tuple[int, str]:
+    """`instance/upcoming-maintenance` as GCE serves it. A window (a dict of its fields):
+    with `?alt=json` that object (snake_case keys: Compute Engine docs, 2026-04; the TPU
+    docs show camelCase, which a test may set); without it, "key value" lines (Google's
+    sapagent, infra_test.go `upcomingMaintenanceViaMetadataServerBody`). Nothing pending:
+    `{}` with `?alt=json` (Compute Engine docs), else HTTP 503 and sapagent's error body."""
+    if value is None:
+        return (200, "{}") if as_json else (503, NO_NOTIFICATIONS_BODY)
+    if isinstance(value, str):
+        return 200, value
+    if as_json:
+        return 200, json.dumps(value)
+    return 200, "\n".join(f"{k} {str(v).lower() if isinstance(v, bool) else v}"
+                          for k, v in sorted(value.items()))
+
+
+def answer(key: str, value: Any, query: dict[str, str]) -> tuple[int, str]:
+    """(status, body) for `key` holding `value`: a string as it is, an object as JSON
+    (`?alt=json` is how GCE is asked for JSON), an absent key 404 with GCE's HTML page."""
+    if isinstance(value, Reply):
+        return value.status, value.body
+    if key == UPCOMING:
+        return _upcoming(value, query.get("alt") == "json")
+    if value is None:
+        return 404, NOT_FOUND_BODY
+    return 200, value if isinstance(value, str) else json.dumps(value)
 
 
 class FakeMetadata:
@@ -72,7 +127,7 @@ class FakeMetadata:
                  etags: bool = True) -> None:
         self._cond = threading.Condition()
         self.etags = etags
-        self._values: dict[str, str | None] = dict(DEFAULTS)
+        self._values: dict[str, Any] = dict(DEFAULTS)
         self._state_file = Path(state_file) if state_file else None
         self._file_mtime: int | None = None
         self._closing = False
@@ -116,12 +171,13 @@ class FakeMetadata:
         self.close()
 
     def set(self, key: str, value: Any) -> None:
-        """Set a value (str, or JSON-able object); None makes the key absent (404)."""
+        """Set a value (str, JSON-able object, or Reply); None makes the key absent
+        (404), except upcoming-maintenance, where it means nothing pending."""
         with self._cond:
-            self._values[key.strip("/")] = _encode(value)
+            self._values[key.strip("/")] = value
             self._cond.notify_all()
 
-    def get(self, key: str) -> str | None:
+    def get(self, key: str) -> Any:
         with self._cond:
             self._refresh_locked()
             return self._values.get(key.strip("/"))
@@ -155,13 +211,13 @@ class FakeMetadata:
         except (OSError, ValueError):
             return  # missing or half-written file: keep the last good values
         self._file_mtime = mtime
-        values: dict[str, str | None] = dict(DEFAULTS)
-        values.update({k.strip("/"): _encode(v) for k, v in data.items()})
+        values: dict[str, Any] = dict(DEFAULTS)
+        values.update({k.strip("/"): v for k, v in data.items()})
         if values != self._values:
             self._values = values
             self._cond.notify_all()
 
-    def wait_for_change(self, key: str, last_etag: str | None, timeout_s: float) -> str | None:
+    def wait_for_change(self, key: str, last_etag: str | None, timeout_s: float) -> Any:
         """Block until ``key``'s ETag differs from ``last_etag`` or the timeout; return value."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
@@ -199,10 +255,8 @@ def _make_handler(md: FakeMetadata) -> type[BaseHTTPRequestHandler]:
                 value = md.wait_for_change(key, query.get("last_etag"), timeout_s)
             else:
                 value = md.get(key)
-            if value is None:
-                self._reply(404, NOT_FOUND_BODY)
-            else:
-                self._reply(200, value, etag=etag_of(value) if md.etags else None)
+            status, body = answer(key, value, query)
+            self._reply(status, body, etag=etag_of(value) if md.etags and status == 200 else None)
 
         def _reply(self, status: int, body: str, etag: str | None = None) -> None:
             data = body.encode()

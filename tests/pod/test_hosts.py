@@ -69,6 +69,9 @@ def test_metadata_endpoints_in_worker_order() -> None:
     assert hosts.parse_endpoints("10.0.0.2") == ["10.0.0.2"]
     with pytest.raises(HostsError, match="cannot read 'x:y:z'"):
         hosts.parse_endpoints("x:y:z")
+    # the newer format, plain hostnames (jax 0.10.0, clusters/cloud_tpu_cluster.py)
+    assert hosts.parse_endpoints("t1v-n-8f3a-w-0,t1v-n-8f3a-w-1") == [
+        "t1v-n-8f3a-w-0", "t1v-n-8f3a-w-1"]
     with FakeMetadata() as md:
         assert hosts.from_metadata(md.url) is None  # no pod attributes: not a TPU VM
         md.set("instance/attributes/worker-network-endpoints", "a:b:10.0.0.2,a:b:10.0.0.3")

@@ -14,7 +14,7 @@ from tpuq.settings import Settings
 from tpuq.spec import JobSpec
 from tpuq.state import attempts, jobs, snapshot
 from tpuq.state.attempts import Ending
-from tpuq.state.models import Allocation, Attempt, Job, JobEvent
+from tpuq.state.models import Allocation, Attempt, Job, JobEvent, Notification
 from tpuq.state.states import ALLOWED, TERMINAL, JobState, Outcome, StopRequest, allowed
 from tpuq.state.transitions import InvalidTransition, transition
 
@@ -95,13 +95,37 @@ def test_database_refuses_double_booking_a_chip(db):
         assert sorted(s.scalars(select(Allocation.chip))) == [0, 1]
 
 
-def run_to(db, job_id, outcome, **kw):
+def run_to(db, job_id, outcome, host_retries=attempts.HOST_RETRIES, **kw):
     with db.write() as s:
         n = attempts.assign(s, job_id, s.get(Job, job_id).attempt, "h", [0], lease_s=30)
     with db.write() as s:
         attempts.start(s, job_id, n, "h", boot_id="b", log_path="/l", lease_s=30)
     with db.write() as s:
-        return attempts.finish(s, job_id, n, "h", Ending(outcome, "why", **kw), retry_backoff_s=0)
+        return attempts.finish(s, job_id, n, "h", Ending(outcome, "why", **kw), retry_backoff_s=0,
+                               host_retries=host_retries)
+
+
+def test_host_problems_in_a_row_requeue_a_job_only_so_often_then_fail_it(db):
+    """No silent loop: a TPU that never starts (or a host that keeps vanishing) is not
+    the job's fault, but after host_retries of them in a row the next one fails the job,
+    with the reason, so its owner hears of it."""
+    job_id = new_job(db, max_retries=5, notify="fail", notify_to="json://127.0.0.1:9/")
+    for outcome in (Outcome.HOST_ERROR, Outcome.LOST):
+        assert run_to(db, job_id, outcome, host_retries=2) == JobState.QUEUED
+    assert run_to(db, job_id, Outcome.HOST_ERROR, host_retries=2) == JobState.FAILED
+    with db.read() as s:
+        job = s.get(Job, job_id)
+        told = s.query(Notification).filter_by(job_id=job_id).all()
+    assert job.failures == 1 and "3 host problems in a row" in job.reason
+    assert "why" in job.reason, "the runtime's own words stay in the reason"
+    assert [n.event for n in told] == ["failed"]
+
+
+def test_any_other_outcome_ends_the_streak_of_host_problems(db):
+    job_id = new_job(db)
+    for outcome in (Outcome.HOST_ERROR, Outcome.HOST_ERROR, Outcome.PREEMPTED,
+                    Outcome.HOST_ERROR, Outcome.HOST_ERROR):
+        assert run_to(db, job_id, outcome, host_retries=2) == JobState.QUEUED
 
 
 def test_failures_retry_until_max_retries_then_fail(db):

@@ -2,8 +2,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
-from tpuq.agent.devices import Chip, detect_tpu_type, discover_chips, host_device_paths
+from tpuq.agent.devices import (
+    Chip,
+    detect_tpu_type,
+    discover_chips,
+    group_by_pci,
+    host_device_paths,
+    pci_functions,
+    refusal,
+)
 
 
 def _touch(*paths: Path) -> None:
@@ -65,12 +74,18 @@ def test_host_device_paths_are_resolved(tmp_path: Path) -> None:
     }
 
 
-def _fake_pci(root: Path, devices: dict[str, tuple[str, str]]) -> str:
-    for slot, (vendor, device) in devices.items():
+def _fake_pci(root: Path, devices: dict[str, tuple[Any, ...]]) -> str:
+    """/sys/bus/pci/devices as the kernel lays it out: vendor, device, subsystem_device,
+    and the iommu_group link (to /sys/kernel/iommu_groups/N) of each function."""
+    for slot, (vendor, device, *more) in devices.items():
         d = root / slot
         d.mkdir(parents=True)
         (d / "vendor").write_text(vendor + "\n")
         (d / "device").write_text(device + "\n")
+        if more and more[0]:
+            (d / "subsystem_device").write_text(more[0] + "\n")
+        if len(more) > 1:
+            (d / "iommu_group").symlink_to(f"../../../kernel/iommu_groups/{more[1]}")
     return str(root)
 
 
@@ -84,8 +99,51 @@ def test_detect_v4_names_tensorcores(tmp_path: Path) -> None:
     assert detect_tpu_type(4, _tpu_pci(tmp_path, "0x005e", 4)) == "v4-8"
 
 
-def test_detect_v2_v3_id_defaults_to_v3(tmp_path: Path) -> None:
-    assert detect_tpu_type(4, _tpu_pci(tmp_path, "0x0027", 4)) == "v3-8"
+def test_detect_v2_and_v3_are_told_apart_by_subsystem_device(tmp_path: Path) -> None:
+    """They share a PCI device id; tpu-info reads subsystem_device (0x004e v2, 0x004f v3),
+    and a v2 must not register as a v3 (half the memory)."""
+    for sub, name in (("0x004e", "v2-8"), ("0x004f", "v3-8")):
+        pci = _fake_pci(tmp_path / sub, {f"0000:00:0{i}.0": ("0x1ae0", "0x0027", sub)
+                                         for i in range(4)})
+        assert detect_tpu_type(4, pci) == name
+        assert refusal(pci_functions(pci), []) is None
+    neither = _fake_pci(tmp_path / "x", {"0000:00:04.0": ("0x1ae0", "0x0027", "0x0001")})
+    assert "v2 or v3" in (refusal(pci_functions(neither), []) or "")
+
+
+def test_tpu7x_names_cores_and_groups_its_two_vfio_nodes_per_chip_by_pci_address(
+        tmp_path: Path) -> None:
+    """TPU7x: two TensorCores per chip, each a PCI function with its own IOMMU group
+    (/dev/vfio/N); tpu-info groups them by PCI address (domain:bus:device)."""
+    devices = {}
+    for chip in range(4):
+        for core in range(2):
+            devices[f"0000:00:{4 + chip:02x}.{core}"] = ("0x1ae0", "0x0076", "", 2 * chip + core)
+    pci = _fake_pci(tmp_path / "pci", devices)
+    vfio = tmp_path / "vfio"
+    vfio.mkdir()
+    for g in range(8):
+        (vfio / str(g)).touch()
+    (vfio / "vfio").touch()
+    chips = group_by_pci(discover_chips(f"{vfio}/[0-9]*"), pci_functions(pci))
+    assert [c.index for c in chips] == [0, 1, 2, 3]
+    assert chips[1].paths == (str(vfio / "2"), str(vfio / "3"))
+    assert detect_tpu_type(len(chips), pci) == "tpu7x-8"
+    one_each = _fake_pci(tmp_path / "v6e", {f"0000:00:0{i}.0": ("0x1ae0", "0x006f", "", i)
+                                            for i in range(4)})
+    flat = discover_chips(f"{vfio}/[0-3]")
+    assert group_by_pci(flat, pci_functions(one_each)) == flat, "one function per chip"
+
+
+def test_chips_tpuq_does_not_know_are_refused_in_one_line(tmp_path: Path) -> None:
+    newer = _fake_pci(tmp_path / "a", {"0000:00:04.0": ("0x1ae0", "0x007c")})
+    said = refusal(pci_functions(newer), [])
+    assert said is not None and "TPU8t" in said and "TPUQ_TPU_TYPE" in said
+    gvnic = {"0000:00:03.0": ("0x1ae0", "0x0042", "", 3)}  # every GCE VM's NIC: not a chip
+    assert refusal(pci_functions(_fake_pci(tmp_path / "b", gvnic)), [0, 1]) is None
+    behind = _fake_pci(tmp_path / "c", {"0000:00:05.0": ("0x1ae0", "0x0099", "", 0)})
+    said = refusal(pci_functions(behind), [0])
+    assert said is not None and "0x0099 behind /dev/vfio/0" in said
 
 
 def test_detect_v5p_names_tensorcores(tmp_path: Path) -> None:

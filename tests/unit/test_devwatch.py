@@ -103,3 +103,27 @@ def test_unwatchable_paths_are_never_quiet(tmp_path):
         assert not w.quiet([str(tmp_path / "missing")])
     finally:
         w.close()
+
+
+def test_a_clean_scan_is_trusted_only_for_a_short_period(dev):
+    """A container's own device node (another inode, same device) opens the chip without
+    an inotify event on ours: a scan's "free" must expire."""
+    now = [100.0]
+    w = DeviceWatch(dev, trust_s=10.0, clock=lambda: now[0])
+    try:
+        clean_scan(w, *dev)
+        now[0] += 9.0
+        assert w.quiet(dev)
+        now[0] += 2.0
+        assert not w.quiet(dev), "a scan older than trust_s is not trusted"
+        clean_scan(w, *dev)
+        assert w.quiet(dev)
+    finally:
+        w.close()
+
+
+def test_a_busy_ending_forgets_every_clean_scan(watch, dev):
+    clean_scan(watch, *dev)
+    assert watch.quiet(dev)
+    watch.distrust()
+    assert not watch.quiet(dev) and not watch.quiet([dev[0]])

@@ -81,7 +81,12 @@ def test_subset_sets_partition_vars(host: int, chips: list[int], bounds: str) ->
     assert (
         e["TPU_MESH_CONTROLLER_ADDRESS"] == f"localhost:{e['TPU_MESH_CONTROLLER_PORT']}"
     )
-    assert "TPU_VISIBLE_DEVICES" not in e and "CLOUD_TPU_TASK_ID" not in e
+    # libtpu before mid-2022 reads the old names (pytorch/xla #3956): the same values
+    assert e["TPU_VISIBLE_DEVICES"] == e["TPU_VISIBLE_CHIPS"]
+    assert e["TPU_CHIPS_PER_HOST_BOUNDS"] == bounds and e["TPU_HOST_BOUNDS"] == "1,1,1"
+    # JAX before 0.8.1 reads no JAX_COORDINATOR_PORT; the address works in every version
+    assert e["JAX_COORDINATOR_ADDRESS"] == f"localhost:{e['JAX_COORDINATOR_PORT']}"
+    assert "CLOUD_TPU_TASK_ID" not in e
 
 
 def _disjoint_layouts(host: int) -> list[list[list[int]]]:
@@ -220,3 +225,56 @@ def test_each_subset_gets_a_jax_coordinator_port_of_its_own(host: int) -> None:
                   for k in ("TPU_PROCESS_PORT", "TPU_MESH_CONTROLLER_PORT")]
         assert len(set(ports)) == len(ports) and not set(ports) & set(libtpu), layout
     assert "JAX_COORDINATOR_PORT" not in env(chips=None), "the whole host keeps JAX's default"
+
+
+@pytest.mark.parametrize("host", [4, 8])
+def test_each_subset_gets_a_libtpu_metrics_port_of_its_own(host: int) -> None:
+    """libtpu's metrics server binds 8431 in every process unless told otherwise: two
+    subset jobs at once would crash-loop on "Address already in use"."""
+    for layout in _disjoint_layouts(host):
+        ports = [env(host_chip_count=host, chips=chips)["TPU_RUNTIME_METRICS_PORTS"]
+                 for chips in layout]
+        others = [env(host_chip_count=host, chips=chips)[k] for chips in layout
+                  for k in ("TPU_PROCESS_PORT", "TPU_MESH_CONTROLLER_PORT", "JAX_COORDINATOR_PORT")]
+        assert len(set(ports)) == len(ports) and not set(ports) & set(others), layout
+
+
+TPU_SHELL = {"PATH": "/usr/bin", "TPU_LOAD_LIBRARY": "0", "TPU_CHIPS_PER_HOST_BOUNDS": "2,2,1",
+             "TPU_HOST_BOUNDS": "1,1,1", "TPU_WORKER_ID": "0", "TPU_WORKER_HOSTNAMES": "a,b",
+             "TPU_SKIP_MDS_QUERY": "1", "TPU_ACCELERATOR_TYPE": "v4-32",
+             "TPU_TOPOLOGY": "2x2x4", "TPU_TOPOLOGY_WRAP": "false,false,true",
+             "MEGASCALE_NUM_SLICES": "2", "MEGASCALE_COORDINATOR_ADDRESS": "h:8080",
+             "TPU_RUNTIME_METRICS_PORTS": "8431", "JAX_COORDINATOR_ADDRESS": "x:1",
+             "TPU_LIBRARY_PATH": "/opt/libtpu.so"}
+
+
+def test_tpu_variables_of_the_shell_are_dropped_and_named_but_the_library_path_kept() -> None:
+    got = jobenv.capture(TPU_SHELL, ["TPU_LOAD_LIBRARY=0"])
+    assert got == {"PATH": "/usr/bin", "TPU_LIBRARY_PATH": "/opt/libtpu.so"}
+    assert jobenv.dropped(TPU_SHELL) == sorted(set(TPU_SHELL) - {"PATH", "TPU_LIBRARY_PATH"})
+    e = env(job_env=TPU_SHELL)  # a row written by another hand: the agent drops them too
+    assert e["TPU_LIBRARY_PATH"] == "/opt/libtpu.so"
+    assert not {k for k in e if jobenv.tpuq_sets_or_clears(k)}
+
+
+def test_a_multislice_node_gives_each_job_a_single_slice_of_its_own() -> None:
+    e = env(host_env=jobenv.single_slice_env("10.0.0.2"),
+            job_env={"MEGASCALE_NUM_SLICES": "4"})
+    assert (e["MEGASCALE_NUM_SLICES"], e["MEGASCALE_SLICE_ID"],
+            e["MEGASCALE_COORDINATOR_ADDRESS"]) == ("1", "0", "10.0.0.2")
+
+
+def test_bounds_come_from_the_hosts_generation_and_say_their_source() -> None:
+    from tpuq.shapes import TABLE, shapes_of
+
+    assert chip_bounds(4, 8, "v6e") == "2,2,1"
+    assert 4 not in shapes_of(8, "v5litepod"), "2,2,1 on chips 0-3 does not fit a 4x2 v5e"
+    with pytest.raises(ValueError):
+        chip_bounds(4, 8, "v5litepod")
+    for (gen, size), row in TABLE.items():
+        assert row[-1].chips == size and row[-1].verified, (gen, size, "whole host")
+        assert all(b.source for b in row), (gen, size)
+        assert all(b.verified or "unverified" in b.source for b in row), (gen, size)
+    assert {g for g, _ in TABLE} >= {"v4", "v5litepod", "v5p", "v6e", "tpu7x"}
+    assert {(g, n) for g, n in TABLE if g in ("v5litepod", "v6e")} >= {
+        ("v5litepod", 4), ("v5litepod", 8), ("v6e", 4), ("v6e", 8)}

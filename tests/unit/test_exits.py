@@ -15,6 +15,7 @@ from tpuq.agent.exits import (
     decode_wait_status,
     from_returncode,
     read_tail,
+    startup_failure,
     tpu_busy_message,
 )
 
@@ -77,7 +78,6 @@ BUSY_LINES = [
     "TPU initialization failed: open(/dev/vfio/1): Device or resource busy",
     "TPU initialization failed: open(/dev/accel3): Device or resource busy",
     "Failed to open: open(/dev/accel0): Operation not permitted",
-    "RuntimeError: Unable to initialize backend 'tpu': INTERNAL: something",
 ]
 
 
@@ -99,10 +99,40 @@ def test_each_busy_pattern_matches_some_message() -> None:
         "Traceback...\nValueError: loss is nan\n",
         "Unable to initialize backend 'cuda'",
         "open(/dev/null): Device or resource busy",
+        # JAX wraps every TPU start-up failure in this: a version mismatch, a wrong
+        # image, refused bounds, TPU_LOAD_LIBRARY=0. It does not say "busy".
+        "RuntimeError: Unable to initialize backend 'tpu': INTERNAL: something",
     ],
 )
 def test_ordinary_failures_are_not_busy(text: str) -> None:
     assert tpu_busy_message(text) is None
+
+
+def test_a_backend_failure_is_a_start_up_failure_with_the_runtimes_words_and_a_hint() -> None:
+    text = ("Traceback (most recent call last):\n  File \"train.py\", line 3\n"
+            "RuntimeError: Unable to initialize backend 'tpu': FAILED_PRECONDITION: "
+            "Unexpected PJRT_Api size: expected 120, got 112\n")
+    failed = startup_failure(text)
+    assert failed is not None and not failed.busy
+    assert failed.message == "FAILED_PRECONDITION: Unexpected PJRT_Api size: expected 120, got 112"
+    assert "pip install -U 'jax[tpu]'" in failed.hint and "versions do not match" in failed.hint
+
+
+def test_a_busy_line_is_a_busy_start_up_failure() -> None:
+    failed = startup_failure("E0301 TPU initialization failed: open(/dev/vfio/1): "
+                             "Device or resource busy\nRuntimeError: Unable to initialize "
+                             "backend 'tpu': INTERNAL: TPU initialization failed\n")
+    assert failed is not None and failed.busy
+    assert "Device or resource busy" in failed.message
+
+
+def test_an_early_backend_line_in_a_job_that_ran_on_is_not_a_start_up_failure() -> None:
+    """JAX logs "Unable to initialize backend" and falls back to the CPU when the
+    platform is not forced: a job that then runs and fails later failed on its own."""
+    text = "Unable to initialize backend 'tpu': NOT_FOUND\n" + "step\n" * 500 + \
+        "ValueError: loss is nan\n"
+    assert startup_failure(text) is None
+    assert startup_failure("Traceback\nValueError: loss is nan\n") is None
 
 
 def test_read_tail_returns_whole_lines_from_the_end(tmp_path: Path) -> None:
@@ -117,3 +147,19 @@ def test_read_tail_missing_or_undecodable(tmp_path: Path) -> None:
     log = tmp_path / "bin.log"
     log.write_bytes(b"\xff\xfeok\n")
     assert read_tail(str(log)) == "\ufffd\ufffdok\n"
+
+
+def test_an_end_under_a_platform_notice_is_a_preemption_whatever_the_exit() -> None:
+    from tpuq.agent.outcome import under_notice
+    from tpuq.state.attempts import Ending
+    from tpuq.state.states import Outcome
+
+    for outcome, code, sig in ((Outcome.SUCCEEDED, 0, None), (Outcome.FAILED, None, 15),
+                               (Outcome.REQUEUED, 75, None)):
+        end = under_notice(Ending(outcome, "x", code, sig), "instance preempted")
+        assert end.outcome is Outcome.PREEMPTED and "instance preempted" in end.reason
+        assert (end.exit_code, end.exit_signal) == (code, sig)
+    kept = Ending(Outcome.HOST_ERROR, "TPU did not start")
+    assert under_notice(kept, "instance preempted") is kept
+    done = Ending(Outcome.SUCCEEDED, "exited 0", 0)
+    assert under_notice(done, None) is done

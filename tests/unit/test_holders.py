@@ -3,6 +3,7 @@ from __future__ import annotations
 import errno
 import os
 import signal
+import stat
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -319,3 +320,46 @@ def test_kill_and_wait_reports_survivors_after_timeout(
     assert ticks is not None
     assert kill_and_wait([(child.pid, ticks)], timeout=0.2) == [child.pid]
     assert child.poll() is None
+
+
+def test_a_holder_through_another_path_to_the_same_device_is_found_and_named(
+        tmp_path: Path, spawn: Spawn) -> None:
+    """A container opens its own device node: another path, the same device. A hard
+    link stands in for it: the scan matches by the device, not by the path."""
+    (device,) = _devices(tmp_path / "dev", 1)
+    other = tmp_path / "container-dev" / "accel0"
+    other.parent.mkdir()
+    os.link(device, other)
+    holder = spawn(str(other))
+    found = find_holders({device})
+    assert [p.pid for p in found] == [holder.pid]
+    assert f"pid {holder.pid}" in holders.held_by(found) and str(other) in found[0].cmdline
+
+
+def test_a_character_device_is_matched_by_major_and_minor(tmp_path: Path, spawn: Spawn) -> None:
+    """What a container with `--device` does: its own node under its /dev, made with the
+    host node's major and minor."""
+    ours = tmp_path / "full"
+    try:
+        os.mknod(ours, 0o600 | stat.S_IFCHR, os.stat("/dev/full").st_rdev)
+    except PermissionError:
+        pytest.skip("mknod needs root")
+    holder = spawn("/dev/full")
+    assert holder.pid in {p.pid for p in find_holders({str(ours)})}
+
+
+def test_the_old_images_tpu_runtime_service_is_named_with_its_fix(tmp_path: Path) -> None:
+    """Old TPU VM images run the runtime as a service that holds the chips for good: the
+    busy reason says to stop it (its cgroup, as /proc/<pid>/cgroup shows it)."""
+    device = tmp_path / "accel0"
+    device.touch()
+    proc = tmp_path / "proc"
+    _fake_proc(proc, 4000001, "tpu_driver", 1, {"3": str(device)})
+    (proc / "4000001" / "cgroup").write_text("0::/system.slice/tpu-runtime.service\n")
+    found = find_holders({str(device)}, proc=str(proc))
+    assert [p.unit for p in found] == ["tpu-runtime.service"]
+    assert "systemctl disable --now tpu-runtime" in holders.held_by(found)
+    _fake_proc(proc, 4000002, "python", 2, {"3": str(device)})
+    (proc / "4000002" / "cgroup").write_text("0::/user.slice/user-1000.slice/session-3.scope\n")
+    other = [p for p in find_holders({str(device)}, proc=str(proc)) if p.pid == 4000002]
+    assert "tpu-runtime" not in holders.held_by(other)

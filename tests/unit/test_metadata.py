@@ -17,8 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.metadata_server import FakeMetadata, etag_of
-from tpuq.agent.metadata import MaintenanceWatcher, Notice, NoticeKind, Source, read_topology
+from tests.fakes.metadata_server import NO_NOTIFICATIONS_BODY, FakeMetadata, Reply, etag_of
+from tpuq.agent.metadata import (
+    MaintenanceWatcher,
+    Notice,
+    NoticeKind,
+    Source,
+    Unreadable,
+    read_topology,
+    upcoming_notice,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 WAIT_S = 10.0  # generous upper bound; the happy path is milliseconds
@@ -134,10 +142,11 @@ def test_upcoming_maintenance_moved_or_withdrawn_is_reported(
             "maintenanceStatus": "PENDING"}
     md.set(key, info)
     assert notices.next() == "upcoming maintenance SCHEDULED at 2030-01-01T00:00:00Z"
-    md.set(key, {**info, "maintenanceStatus": "ONGOING"})  # the same window: not news
     md.set(key, {**info, "windowStartTime": "2030-01-02T00:00:00Z"})
     assert notices.next() == "upcoming maintenance SCHEDULED at 2030-01-02T00:00:00Z"
-    md.set(key, None)  # GCE answers 404 once no window is announced
+    md.set(key, {**info, "maintenanceStatus": "ONGOING"})  # under way: acted on at once
+    assert notices.next() == "maintenance SCHEDULED ongoing"
+    md.set(key, None)  # nothing pending once no window is announced
     assert notices.next() == "upcoming-maintenance over"
     md.set(key, info)
     assert notices.next() == "upcoming maintenance SCHEDULED at 2030-01-01T00:00:00Z"
@@ -187,9 +196,71 @@ def test_header_required(md: FakeMetadata) -> None:
     assert _get(md.url + "instance/maintenance-event", GOOGLE)[:2] == (200, "NONE")
 
 
-def test_absent_upcoming_maintenance_is_404(md: FakeMetadata) -> None:
-    status, body, _ = _get(md.url + "instance/upcoming-maintenance", GOOGLE)
-    assert status == 404 and body
+def test_nothing_pending_is_answered_as_gce_does(md: FakeMetadata) -> None:
+    """`{}` with ?alt=json (Compute Engine docs); 503 and an error body without it
+    (what Google's sapagent sees)."""
+    key = md.url + "instance/upcoming-maintenance"
+    assert _get(key + "?alt=json", GOOGLE)[:2] == (200, "{}")
+    status, body, _ = _get(key, GOOGLE)
+    assert status == 503 and json.loads(body)["error"].startswith("no notifications")
+
+
+WINDOW = {"type": "SCHEDULED", "maintenance_status": "PENDING", "can_reschedule": False,
+          "window_start_time": "2030-01-01T00:00:00Z", "window_end_time": "2030-01-01T04:00:00Z",
+          "latest_window_start_time": "2030-01-01T00:00:00Z"}
+SAID = "upcoming maintenance SCHEDULED at 2030-01-01T00:00:00Z"
+
+
+@pytest.mark.parametrize("status, body", [
+    (200, json.dumps(WINDOW)),  # ?alt=json: snake_case (Compute Engine docs)
+    (200, json.dumps({"maintenanceType": "SCHEDULED", "maintenanceStatus": "PENDING",
+                      "windowStartTime": "2030-01-01T00:00:00Z"})),  # the TPU docs' camelCase
+    (200, "can_reschedule false\nmaintenance_status PENDING\ntype SCHEDULED\n"
+          "window_start_time 2030-01-01T00:00:00Z\n"),  # without alt=json (sapagent's test)
+])
+def test_a_window_is_read_in_every_shape(status: int, body: str) -> None:
+    notice = upcoming_notice(status, body)
+    assert str(notice) == SAID and notice is not None and not notice.ongoing
+
+
+@pytest.mark.parametrize("status, body", [
+    (404, "<!DOCTYPE html>"), (503, '{ "error": "no notifications have been received yet" }'),
+    (200, "{}"), (200, '{"error": "no notifications have been received yet, try again later"}'),
+    (200, "NONE"), (200, ""),
+])
+def test_nothing_pending_in_every_shape(status: int, body: str) -> None:
+    assert upcoming_notice(status, body) is None
+
+
+def test_ongoing_maintenance_without_a_window_is_a_notice_due_now() -> None:
+    notice = upcoming_notice(200, json.dumps({"type": "UNSCHEDULED",
+                                              "maintenance_status": "ONGOING"}))
+    assert notice is not None and notice.ongoing and notice.window is None
+
+
+@pytest.mark.parametrize("body", ["[1, 2]", "<html>oops</html>", '{"foo": "bar"}', "garbage here"])
+def test_an_unreadable_answer_is_no_notice(body: str) -> None:
+    with pytest.raises(Unreadable):
+        upcoming_notice(200, body)
+
+
+def test_the_watcher_asks_for_json_and_keeps_its_word_over_an_unreadable_answer(
+        md: FakeMetadata, watch: tuple[MaintenanceWatcher, Notices],
+        caplog: pytest.LogCaptureFixture) -> None:
+    _, notices = watch
+    key = "instance/upcoming-maintenance"
+    md.set(key, WINDOW)
+    assert notices.next() == SAID
+    assert any("upcoming-maintenance?alt=json" in p for p in md.requests)
+    with caplog.at_level(logging.WARNING, logger="tpuq.agent.metadata"):
+        md.set(key, Reply(200, "<html>proxy error</html>"))
+        wait = time.monotonic() + WAIT_S
+        while "keeping what it said" not in caplog.text and time.monotonic() < wait:
+            time.sleep(0.02)
+    assert "keeping what it said" in caplog.text
+    assert notices.q.empty(), "an unreadable answer changes nothing"
+    md.set(key, Reply(503, NO_NOTIFICATIONS_BODY))
+    assert notices.next() == "upcoming-maintenance over"
 
 
 def test_wait_for_change_returns_on_change(md: FakeMetadata) -> None:
@@ -234,7 +305,7 @@ def test_disabled_without_base_url() -> None:
     assert not watcher.enabled and notices.q.empty()
     assert read_topology(None) == {
         "accelerator_type": None, "agent_worker_number": None, "worker_network_endpoints": None,
-        "tpu_env": None,
+        "tpu_env": None, "instance_name": None,
     }
 
 
@@ -273,6 +344,7 @@ def test_read_topology(md: FakeMetadata) -> None:
     assert topo["accelerator_type"] == "v5litepod-8"
     assert topo["agent_worker_number"] == 3
     assert topo["worker_network_endpoints"] is None
+    assert topo["instance_name"] == "t1v-n-fake-w-0", "instance/name, not an attribute"
 
 
 def test_subprocess_server_reads_state_file(tmp_path: Path) -> None:

@@ -142,12 +142,22 @@ def test_window_moved_later_rearms_the_timer_and_the_old_one_does_nothing(host):
     assert host.outputs == [("take out", str(later))]
 
 
-def test_window_inside_the_lead_time_or_of_unknown_start_takes_out_at_once(host):
+def test_window_inside_the_lead_time_or_ongoing_maintenance_takes_out_at_once(host):
     near = window(T0 + LEAD_S / 2)
     assert host.says(Source.UPCOMING, near) == [("take out", str(near))]
-    unknown = Notice(NoticeKind.UPCOMING, "UNSCHEDULED", None)
-    assert host.says(Source.UPCOMING, unknown) == [("restate", str(unknown))]
+    ongoing = Notice(NoticeKind.UPCOMING, "UNSCHEDULED", None, ongoing=True)
+    assert host.says(Source.UPCOMING, ongoing) == [("restate", str(ongoing))]
     assert host.timers.armed == []
+
+
+def test_an_announcement_without_a_window_acts_only_when_ongoing(host):
+    """A 200 whose window cannot be read is not a notice due now: at agent start it
+    would take every host out and keep it out."""
+    unknown = Notice(NoticeKind.UPCOMING, "SCHEDULED", None)
+    assert host.says(Source.UPCOMING, unknown) == []
+    assert host.timers.armed == []
+    ongoing = Notice(NoticeKind.UPCOMING, "SCHEDULED", None, ongoing=True)
+    assert host.says(Source.UPCOMING, ongoing) == [("take out", str(ongoing))]
 
 
 def test_live_migration_needs_nothing(host):

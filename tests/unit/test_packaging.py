@@ -9,7 +9,10 @@ import sys
 import zipfile
 from pathlib import Path
 
-import tomllib
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10 (.ci/check-python-min)
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 

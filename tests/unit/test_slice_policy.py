@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tpuq.agent.errors import AgentError
-from tpuq.agent.topology import Seat, seat_of, tpu_env_value
+from tpuq.agent.errors import AgentError, HostUnfit
+from tpuq.agent.topology import Seat, multislice_coordinator, seat_of, tpu_env_value
 from tpuq.scheduler.policy import HostView, JobView, TeamView, plan
 from tpuq.settings import Settings
 from tpuq.shapes import slice_hosts
@@ -106,3 +106,30 @@ def test_seat_from_settings_or_metadata() -> None:
         seat_of(Settings(slice_name="p", slice_worker=4, slice_type="v4-32"), None)
     with pytest.raises(AgentError, match="multi-host type"):
         seat_of(Settings(slice_name="p", slice_worker=0, slice_type="v4-8"), None)
+
+
+def test_a_slice_worker_without_tpu_env_falls_back_to_what_every_worker_sees() -> None:
+    """A TPU VM made through Compute Engine may lack the Cloud TPU metadata (tpu-env):
+    the workers still agree on a name; none of them crash-loops."""
+    ends = "unknown:unknown:10.0.0.5,unknown:unknown:10.0.0.6"
+    for me in (0, 1):
+        topo = {"accelerator_type": "v4-16", "agent_worker_number": me,
+                "worker_network_endpoints": ends, "instance_name": f"vm-{me}"}
+        assert seat_of(Settings(), topo) == Seat("v4-16@10.0.0.5", me, "v4-16")
+    named = {"accelerator_type": "v4-16", "agent_worker_number": 1,
+             "instance_name": "t1v-n-abc-w-1"}
+    assert seat_of(Settings(), named) == Seat("t1v-n-abc", 1, "v4-16")
+    with pytest.raises(HostUnfit, match="TPUQ_SLICE_NAME"):
+        seat_of(Settings(), {"accelerator_type": "v4-16", "agent_worker_number": 1,
+                             "instance_name": "my-vm"})
+    with pytest.raises(HostUnfit, match="agent-worker-number"):
+        seat_of(Settings(), {"accelerator_type": "v4-16"})
+
+
+def test_a_multislice_node_is_found_by_megascale_in_tpu_env() -> None:
+    env = "NODE_ID: 'n'\nMEGASCALE_NUM_SLICES: '2'\nMEGASCALE_SLICE_ID: '1'\n"
+    topo = {"tpu_env": env, "worker_network_endpoints": "t1v-w-0,t1v-w-1"}
+    assert multislice_coordinator(topo) == "t1v-w-0"
+    assert multislice_coordinator({"tpu_env": env}) == "localhost"
+    assert multislice_coordinator({"tpu_env": "NODE_ID: 'n'\n"}) is None
+    assert multislice_coordinator(None) is None

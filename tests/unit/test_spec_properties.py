@@ -43,6 +43,8 @@ plausible: dict[str, st.SearchStrategy[Any]] = {
     | st.text(max_size=12) | json_values,
     "notify_to": st.none() | st.sampled_from(["json://h/p", "mailto://a@b", "x", ""])
     | st.text(max_size=30) | json_values,
+    "env_dropped": st.none() | st.lists(st.sampled_from(["TPU_LOAD_LIBRARY", "MEGASCALE_X",
+                                                        "1bad", ""]), max_size=3) | json_values,
 }
 
 

@@ -3,7 +3,7 @@
 - `main.py`        wiring of the pieces below, and the stop sequence
 - `signals.py`     clean signal state for children; stop signals for the main loop
 - `pidlock.py`     one agent per host name and state directory
-- `errors.py`      AgentError: the agent cannot start, and why
+- `errors.py`      AgentError: the agent cannot start, and why; HostUnfit (exit 78)
 - `recovery.py`    at start: requeue what this host owned, kill its orphans
 - `executor.py`    assigned attempts in, supervisors out; the TPU must be ours first
 - `supervisor.py`  one attempt, the agent's half: launch, lease, stop, outcome
@@ -14,13 +14,14 @@
 - `outcome.py`     how an attempt ended, and recording it (whoever records it)
 - `deadlines.py`   when an attempt renews, is asked to stop, is killed (pure)
 - `chiplocks.py`   per-chip flock files
-- `devices.py`     TPU device files and the host's TPU type
+- `devices.py`     TPU device files, PCI ids and the host's TPU type; chips refused
+- `probes.py`      every chip shape proven on the host before it is offered
 - `devwatch.py`    inotify on the device files (skips the /proc scan when quiet)
 - `holders.py`     who holds the TPU (/proc), and killing verified processes
 - `libtpu.py`      stale libtpu lock and log-dir cleanup
 - `cleanup.py`     freeing the TPU on request (`tpuq pod clean`): holders named, stale lock gone
 - `identity.py`    whose account a job runs as (TPUQ_RUN_AS)
-- `exits.py`       how a process ended, in words; "TPU busy" output
+- `exits.py`       how a process ended, in words; TPU start-up failures in its output
 - `metadata.py`    GCE metadata watcher: typed maintenance/preemption notices
 - `notices.py`     when notices take the host out of service and give it back
 - `localsock.py`   the Unix socket server (bytes <-> typed messages, SO_PEERCRED)

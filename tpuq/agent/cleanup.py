@@ -83,7 +83,8 @@ def free_tpu(settings: Settings, paths: set[str], classify: Classifier = by_mark
     report = CleanReport(jobs=list(jobs or ()), complete=os.geteuid() == 0)
     orphans, kept = classify(holders.find_holders(paths))
     if orphans:
-        holders.kill_and_wait([(p.pid, p.start_ticks) for p in orphans], timeout=10.0)
+        holders.kill_and_wait([(p.pid, p.start_ticks) for p in orphans],
+                              timeout=settings.chip_release_s)
         report.killed = [holder_dict(p, "tpuq orphan") for p in orphans]
         _, kept = classify(holders.find_holders(paths))
     report.holders = [holder_dict(p, what) for p, what in kept]

@@ -8,6 +8,11 @@ open since has been matched by its close, nobody holds the chip now and the next
 can skip the scan. Anything else means scan: an open not yet closed, more closes than
 opens (a holder the scan did not count), a lost event queue (IN_Q_OVERFLOW), a device
 that went away, or no inotify at all.
+
+Two limits, because inotify watches one device node and a process may open the chip
+through another (a container's own node, a hard link: same device, other inode): a scan's
+"free" is trusted for `trust_s` only, and not at all after an attempt ended saying the
+TPU was busy (`distrust`). The scan itself matches holders by device (holders.py).
 """
 
 from __future__ import annotations
@@ -15,10 +20,12 @@ from __future__ import annotations
 import ctypes
 import errno
 import logging
+import math
 import os
 import struct
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 
 log = logging.getLogger("tpuq.agent")
 
@@ -28,11 +35,15 @@ _EVENT = struct.Struct("iIII")  # wd, mask, cookie, len (then len bytes of name)
 
 
 class DeviceWatch:
-    def __init__(self, paths: Iterable[str]) -> None:
+    def __init__(self, paths: Iterable[str], trust_s: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.Lock()
         self._path_of: dict[int, str] = {}
         self._opened: dict[str, int] = {}  # opens minus closes since the scan
-        self._clean: set[str] = set()  # paths the last scan found free
+        self._clean: dict[str, float] = {}  # paths the last scan found free: when it began
+        self._scan_at: dict[str, float] = {}
+        self.trust_s = trust_s
+        self._clock = clock
         self._fd = _inotify_init()
         if self._fd is None:
             return
@@ -51,24 +62,35 @@ class DeviceWatch:
         return bool(self._path_of)
 
     def quiet(self, paths: Iterable[str]) -> bool:
-        """True when a scan found `paths` free and every open since has been closed."""
+        """True when a scan found `paths` free less than `trust_s` ago and every open
+        since has been closed."""
         with self._lock:
             self._drain()
-            return all(p in self._clean and self._opened.get(p) == 0 for p in paths)
+            oldest = self._clock() - self.trust_s
+            return all(self._clean.get(p, -math.inf) >= oldest and self._opened.get(p) == 0
+                       for p in paths)
+
+    def distrust(self) -> None:
+        """Forget every "free": the next start scans (an attempt said the TPU was busy)."""
+        with self._lock:
+            self._clean.clear()
 
     def scan_starts(self, paths: Iterable[str]) -> None:
         """Call right before scanning: counting starts afresh from here."""
         with self._lock:
             self._drain()
+            now = self._clock()
             for p in paths:
                 self._opened[p] = 0
-                self._clean.discard(p)
+                self._clean.pop(p, None)
+                self._scan_at[p] = now
 
     def scan_found_free(self, paths: Iterable[str]) -> None:
         """The scan that began at `scan_starts` found nobody holding `paths`."""
         with self._lock:
             watched = set(self._path_of.values())
-            self._clean.update(p for p in paths if p in watched)
+            self._clean.update((p, self._scan_at.get(p, -math.inf)) for p in paths
+                               if p in watched)
 
     def close(self) -> None:
         with self._lock:
@@ -104,7 +126,7 @@ class DeviceWatch:
         if path is None:
             return
         if mask & (IN_DELETE_SELF | IN_IGNORED):
-            self._clean.discard(path)
+            self._clean.pop(path, None)
             self._path_of.pop(wd, None)
             return
         if mask & IN_OPEN:
@@ -112,7 +134,7 @@ class DeviceWatch:
         if mask & (IN_CLOSE_WRITE | IN_CLOSE_NOWRITE):
             self._opened[path] = self._opened.get(path, 0) - 1
             if self._opened[path] < 0:  # a holder from before the scan: scan again
-                self._clean.discard(path)
+                self._clean.pop(path, None)
 
 
 _LIBC: ctypes.CDLL | None = None

@@ -46,14 +46,19 @@ class Executor:
         self.tpu_type = tpu_type
         self.on_change = on_change  # wakes the scheduler: chips were freed or a host changed
         self.base_env = jobenv.from_agent(os.environ)
+        # what every job on this host gets besides (jobenv.single_slice_env)
+        self.host_env: dict[str, str] = {}
+        self.notice_source: Callable[[], str | None] = lambda: None  # the agent's
         self._lock = threading.Lock()
         self._running: dict[tuple[int, int], Supervisor] = {}
         self.accepting = True
         self.end_hooks: list[Callable[[Supervisor], None]] = []  # e.g. final log shipping
         self.gang_news: Callable[[], None] = lambda: None  # wakes the slice's other agents
         self.in_slice = False  # a worker of a multi-host slice: it also polls slice tasks
+        self.probing = False  # the shape probes run (probes.py): no attempt starts
         self._paths: dict[tuple[int, ...], set[str]] = {}
-        self.devwatch = DeviceWatch(self._device_paths(tuple(self.chips)))
+        self.devwatch = DeviceWatch(self._device_paths(tuple(self.chips)),
+                                    trust_s=settings.devwatch_trust_s)
         with db.read() as s:
             self.dirs = WorkDirs(settings.logs_dir, settings.checkpoints_dir,
                                  queries.instance_id(s))
@@ -94,6 +99,7 @@ class Executor:
             tcmalloc=spec.tcmalloc, tcmalloc_path=self.settings.tcmalloc_path,
             stop_signal=spec.stop_signal, progress_file=progress_path, gang=spec.gang,
             coordinator_port=self.settings.coordinator_port,
+            generation=devices.generation_of(self.tpu_type), host_env=self.host_env,
         )
 
     def attempt_done(self, sup: Supervisor) -> None:
@@ -105,8 +111,26 @@ class Executor:
         for hook in self.end_hooks:
             hook(sup)
 
-    def tpu_busy(self, message: str) -> None:
-        log.warning("job output says the TPU is busy: %s", message.strip())
+    def platform_notice(self) -> str | None:
+        """The preemption or maintenance notice standing for this host now (the agent's
+        notice policy, or the metadata server asked at once), or None."""
+        return self.notice_source()
+
+    def tpu_busy(self, message: str, chips: tuple[int, ...]) -> str | None:
+        """A job's output says the TPU was busy: who holds its chips now, or None. A
+        holder tpuq did not start marks the host busy, as at a start; and after any busy
+        ending, inotify's "nobody opened them" is not trusted until a scan says so."""
+        self.devwatch.distrust()
+        foreign = self.clear_holders(chips)
+        if not foreign:
+            log.warning("job output says the TPU is busy (%s), but nobody holds chips %s",
+                        message.strip(), ",".join(map(str, chips)))
+            return None
+        reason = holders.held_by(foreign)
+        with self.db.write() as s:
+            self.held.set_busy(s, reason)
+        log.warning("job output says the TPU is busy: %s", reason)
+        return reason
 
     # ---- starting attempts -------------------------------------------------------------
     def start_attempt(self, job_id: int, attempt: int) -> Supervisor | None:
@@ -118,7 +142,7 @@ class Executor:
         """
         key = (job_id, attempt)
         with self._lock:
-            if key in self._running or not self.accepting:
+            if key in self._running or not self.accepting or self.probing:
                 return None
         lease_from = clock()  # the lease the start statement takes runs from no earlier
         with self.db.single() as s:
@@ -147,6 +171,19 @@ class Executor:
             return None
         return AttemptSpec.of(job, job_id, attempt, **more)
 
+    def begin_probe(self) -> bool:
+        """Hold every start while the shape probes run; False while an attempt runs."""
+        with self._lock:
+            if self._running or not self.accepting:
+                return False
+            self.probing = True
+            return True
+
+    def end_probe(self) -> None:
+        with self._lock:
+            self.probing = False
+        self.on_change()  # assigned attempts waited: the heartbeat's poll starts them
+
     def supervise(self, spec: AttemptSpec,
                   adopted: tuple[KeeperLink, dict[str, Any]] | None = None) -> Supervisor:
         """A supervisor for the attempt: for a new one, or for one an earlier agent's
@@ -164,7 +201,7 @@ class Executor:
 
         key = (job_id, attempt)
         with self._lock:
-            if key in self._running or not self.accepting:
+            if key in self._running or not self.accepting or self.probing:
                 return None
         with self.db.read() as s:
             row = gangs.worker_of(s, job_id, attempt, self.name)
@@ -224,8 +261,12 @@ class Executor:
                 orphans.append(p)
         return orphans, running, foreign
 
-    def clear_holders(self, chips: tuple[int, ...]) -> list[holders.ProcInfo]:
-        """Kill tpuq orphans holding these chips; return the foreign holders left.
+    def clear_holders(self, chips: tuple[int, ...],
+                      wait_s: float | None = None) -> list[holders.ProcInfo]:
+        """Kill tpuq orphans holding these chips; return the holders left: foreign ones,
+        and orphans that still hold a chip `wait_s` (TPUQ_CHIP_RELEASE_S) after the kill.
+        The next job starts only once nobody holds its chips, however long a dying
+        process takes to let go of them (vfio devices can take seconds).
 
         The /proc scan is skipped when inotify shows that every open of these device
         files since the last scan that found them free has been closed (devwatch.py).
@@ -241,7 +282,10 @@ class Executor:
         if orphans:
             log.warning("killing orphans of earlier attempts: %s",
                         "; ".join(holders.describe(p) for p in orphans))
-            holders.kill_and_wait([(p.pid, p.start_ticks) for p in orphans], timeout=10.0)
+            alive = holders.kill_and_wait(
+                [(p.pid, p.start_ticks) for p in orphans],
+                timeout=self.settings.chip_release_s if wait_s is None else wait_s)
+            foreign += [p for p in orphans if p.pid in alive]
         return foreign
 
     def _host_ready(self, w: AttemptSpec) -> bool:
@@ -251,7 +295,8 @@ class Executor:
         with self.db.write() as s:  # one transaction: nobody sees the host busy and the job on it
             self.held.set_busy(s, reason)
             attempts.finish(s, w.job_id, w.attempt, self.name, Ending(Outcome.HOST_ERROR, reason),
-                            retry_backoff_s=self.settings.retry_backoff_s)
+                            retry_backoff_s=self.settings.retry_backoff_s,
+                            host_retries=self.settings.host_error_retries)
         log.warning("%s: not starting job %s", reason, w.job_id)
         return False
 
@@ -290,7 +335,9 @@ class Executor:
             reason = host.busy_reason if host else None
         if reason is None:
             return
-        foreign = self.clear_holders(tuple(self.chips))
+        # a short wait: this runs on every heartbeat until they are gone
+        foreign = self.clear_holders(tuple(self.chips), wait_s=min(
+            1.0, self.settings.chip_release_s))
         if not foreign:
             with self.db.write() as s:
                 self.held.set_busy(s, None)

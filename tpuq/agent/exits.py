@@ -1,7 +1,8 @@
-"""How an attempt ended, in words, and whether its output says the TPU was busy.
+"""How an attempt ended, in words, and whether its output says the TPU did not start.
 
-A busy TPU is a host problem (requeue elsewhere, charge no retry), so these patterns
-must match what libtpu and JAX really print; each names its source in TPU_FACTS.md.
+The patterns must match what libtpu and JAX really print; each names its source (and
+docs/tpu-facts.md lists them). They only read the output: whether a failure is the
+host's (a holder of the chips) or the job's is decided in outcome.py.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from dataclasses import dataclass
 # sysexits.h: "try again later"; `tpuq.job.requeue()` exits with it (defined there, once).
 from tpuq.job import EX_TEMPFAIL
 
-__all__ = ["EX_TEMPFAIL", "Exit", "decode_wait_status", "from_returncode", "read_tail",
-           "tpu_busy_message"]
+__all__ = ["EX_TEMPFAIL", "Exit", "StartupFailure", "decode_wait_status", "from_returncode",
+           "read_tail", "startup_failure", "tpu_busy_message"]
 
 
 @dataclass(frozen=True)
@@ -61,8 +62,10 @@ def from_returncode(rc: int) -> Exit:
     return Exit(code=rc, signal=None)
 
 
-# One per "TPU busy" message in TPU_FACTS.md. Device names are generalised (accel or
-# vfio, any index) because the same failure names whichever chip was busy.
+# One per "TPU busy" message in docs/tpu-facts.md. Device names are generalised (accel or
+# vfio, any index) because the same failure names whichever chip was busy. A busy
+# message alone is not "busy": the agent counts it as a host problem only when a scan
+# then finds a holder of the chips (outcome.py).
 _DEVICE = r"/dev/(?:accel\d+|vfio/\d+)"
 BUSY_TPU_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
     re.compile(p)
@@ -73,17 +76,83 @@ BUSY_TPU_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
         r"Internal error when accessing libtpu multi-process lockfile",
         rf"open\({_DEVICE}\): Device or resource busy",
         rf"open\({_DEVICE}\): Operation not permitted",
-        r"Unable to initialize backend 'tpu'",
     )
 )
+# Lines that say the TPU runtime did not start, whatever the cause. JAX wraps every TPU
+# backend failure in the first (jax `_src/xla_bridge.py`: a jax/libtpu mismatch, a wrong
+# VM image, refused bounds, TPU_LOAD_LIBRARY=0); libtpu prints the second
+# (marin-community/marin#2618). Neither says the TPU was busy.
+STARTUP_PATTERNS: tuple[re.Pattern[str], ...] = (
+    re.compile(r"Unable to initialize backend 'tpu'(?::\s*(.*))?"),
+    re.compile(r"TPU initialization failed(?::\s*(.*))?"),
+)
+# A start-up failure is the fatal error, so it is among the last lines of the output; an
+# early "Unable to initialize backend" that JAX only logged before falling back to the
+# CPU is not why a job that ran on ended.
+STARTUP_TAIL_LINES = 60
+MAX_MESSAGE = 400
+
+# What a person can do about a start-up failure, by what the runtime said. The first
+# that matches the output wins; the last is the general advice.
+HINTS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"PJRT.*(?:version|API)|incompatible|version mismatch|Unexpected PJRT",
+                re.I),
+     "jax, jaxlib and libtpu versions do not match: install them together in the job's "
+     "Python (pip install -U 'jax[tpu]')"),
+    (re.compile(r"TPU_LOAD_LIBRARY|libtpu\.so.*(?:not found|cannot open)|No module named "
+                r"'?libtpu", re.I),
+     "the job's Python has no usable libtpu: pip install -U 'jax[tpu]' in the environment "
+     "the job runs in"),
+    (re.compile(r"bounds|TPU_VISIBLE_CHIPS|TPU_CHIPS_PER_PROCESS", re.I),
+     "the runtime refused this chip subset's bounds: run the job on a whole host "
+     "(no --chips) and tell the host's admin (docs/tpu-vm.md, shape probes)"),
+    (re.compile(r"/dev/(?:accel|vfio)\S*: No such file", re.I),
+     "the VM has TPU chips but no TPU device files: its image does not match its TPU "
+     "generation (docs/tpu-vm.md, wrong image)"),
+)
+GENERAL_HINT = ("check that the job's Python has jax[tpu] installed and matching this VM's "
+                "TPU (pip install -U 'jax[tpu]'); docs/tpu-vm.md lists the causes")
+
+
+@dataclass(frozen=True)
+class StartupFailure:
+    """The TPU runtime did not start. `message`: the runtime's own words; `busy`: they
+    say another process holds the TPU (a holder scan decides whether it does)."""
+
+    message: str
+    busy: bool
+    hint: str
 
 
 def tpu_busy_message(text: str) -> str | None:
     """The first line of `text` saying the TPU was busy, stripped, or None."""
     for line in text.splitlines():
         if any(p.search(line) for p in BUSY_TPU_PATTERNS):
-            return line.strip()
+            return line.strip()[:MAX_MESSAGE]
     return None
+
+
+def _startup_message(lines: list[str]) -> str | None:
+    """The runtime's own words from the last start-up failure line, or None."""
+    for line in reversed(lines):
+        for p in STARTUP_PATTERNS:
+            m = p.search(line)
+            if m is not None:
+                return (m.group(1) or line).strip()[:MAX_MESSAGE] or line.strip()
+    return None
+
+
+def startup_failure(text: str) -> StartupFailure | None:
+    """Why the TPU runtime did not start, from the end of a job's output; None when the
+    output does not say it failed to start (the job failed on its own)."""
+    lines = text.splitlines()[-STARTUP_TAIL_LINES:]
+    tail = "\n".join(lines)
+    busy = tpu_busy_message(tail)
+    message = busy or _startup_message(lines)
+    if message is None:
+        return None
+    hint = next((h for p, h in HINTS if p.search(tail)), GENERAL_HINT)
+    return StartupFailure(message, busy is not None, hint)
 
 
 def read_tail(path: str, max_bytes: int = 65536) -> str:

@@ -1,7 +1,14 @@
-"""Who holds the TPU device files, and how to make sure they are gone.
+"""Who holds the TPU devices, and how to make sure they are gone.
 
 Everything here reads `/proc` and must tolerate processes vanishing between two reads:
 a race is reported as "not there", never raised.
+
+A holder is matched by the device it has open, not by the path it opened: a container
+started with `--device` or `--privileged` opens its own device node (another inode, the
+same major/minor), and a hard link is another path to the same inode. So each open file
+under `/dev/` is compared by `st_rdev` for a device node (by inode otherwise, which is
+what the tests' fake devices are). Files elsewhere are compared by path only: a `stat`
+of every open file would wait on a network filesystem that hangs (checkpoints on NFS).
 """
 
 from __future__ import annotations
@@ -9,6 +16,7 @@ from __future__ import annotations
 import os
 import select
 import signal
+import stat
 import time
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -29,6 +37,14 @@ class ProcInfo:
     session: int
     cmdline: str
     environ_marker: dict[str, str]
+    unit: str = ""  # the systemd unit it runs in (/proc/pid/cgroup), "" when none
+
+
+# Old TPU VM images run the TPU runtime as a service of their own that holds the chips
+# for good (the `tpu-runtime` systemd unit and its container); tpuq then names the fix.
+OLD_RUNTIME_UNIT = "tpu-runtime.service"
+OLD_RUNTIME_FIX = ("the TPU VM image's own tpu-runtime service holds the TPU (an old image): "
+                   "stop it for good with `sudo systemctl disable --now tpu-runtime`")
 
 
 def _stat_fields(pid: int, proc: str) -> list[str] | None:
@@ -104,6 +120,22 @@ def _environ_marker(pid: int, proc: str) -> dict[str, str]:
     return marker
 
 
+def _unit(pid: int, proc: str) -> str:
+    """The systemd unit of the process's cgroup (the last `*.service`/`*.scope` in its
+    path), "" when there is none or it cannot be read."""
+    try:
+        with open(f"{proc}/{pid}/cgroup", encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return ""
+    for line in lines:
+        path = line.split(":", 2)[-1]
+        units = [p for p in path.split("/") if p.endswith((".service", ".scope"))]
+        if units:
+            return units[-1]
+    return ""
+
+
 def proc_info(pid: int, proc: str = "/proc") -> ProcInfo | None:
     fields = _stat_fields(pid, proc)
     uid = _real_uid(pid, proc)
@@ -121,6 +153,7 @@ def proc_info(pid: int, proc: str = "/proc") -> ProcInfo | None:
         session=session,
         cmdline=_cmdline(pid, proc),
         environ_marker=_environ_marker(pid, proc),
+        unit=_unit(pid, proc),
     )
     # A pid recycled while we read would mix two processes' details.
     return info if proc_start_ticks(pid, proc) == start_ticks else None
@@ -133,18 +166,66 @@ def _pids(proc: str) -> list[int]:
         return []
 
 
-def _holds_any(pid: int, paths: AbstractSet[str], proc: str) -> bool:
+Identity = tuple[int, ...]
+# device files no TPU is opened as, whatever the namespace (terminals, /dev/null...)
+_NEVER_A_TPU = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random", "/dev/pts/",
+                "/dev/tty", "/dev/ptmx", "/dev/shm/", "/dev/console", "/dev/kmsg")
+
+
+def device_identity(st: os.stat_result) -> Identity:
+    """What makes two opens the same device: major/minor for a device node, whichever
+    node was opened; the inode for anything else."""
+    if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+        return (0, st.st_rdev)
+    return (1, st.st_dev, st.st_ino)
+
+
+@dataclass(frozen=True)
+class Devices:
+    """The devices to look for: their paths (the cheap match) and identities."""
+
+    paths: frozenset[str]
+    ids: frozenset[Identity]
+    # fake devices (regular files): compare every open file by inode, wherever it is
+    anywhere: bool
+
+    @classmethod
+    def of(cls, paths: AbstractSet[str]) -> Devices:
+        resolved = frozenset(os.path.realpath(p) for p in paths)
+        ids = set()
+        for p in resolved:
+            try:
+                ids.add(device_identity(os.stat(p)))
+            except OSError:
+                continue
+        return cls(resolved, frozenset(ids), any(i[0] == 1 for i in ids))
+
+    def held_through(self, fd_path: str, target: str) -> bool:
+        if target in self.paths:
+            return True
+        if not target.startswith("/") or not (self.anywhere or target.startswith("/dev/")):
+            return False  # a socket, a pipe, or a file outside /dev (see the module doc)
+        if not self.anywhere and target.startswith(_NEVER_A_TPU):
+            return False  # what every process has open: no stat for it
+        try:
+            return device_identity(os.stat(fd_path)) in self.ids
+        except OSError:
+            return False
+
+
+def _holds_any(pid: int, devs: Devices, proc: str) -> bool:
     fd_dir = f"{proc}/{pid}/fd"
     try:
         fds = os.listdir(fd_dir)
     except OSError:  # vanished, or another user's process without privileges
         return False
     for fd in fds:
+        fd_path = f"{fd_dir}/{fd}"
         try:
-            target = os.readlink(f"{fd_dir}/{fd}")
+            target = os.readlink(fd_path)
         except OSError:
             continue
-        if target in paths:
+        if devs.held_through(fd_path, target):
             return True
     return False
 
@@ -154,8 +235,9 @@ def find_holders(
     proc: str = "/proc",
     exclude_pids: AbstractSet[int] = frozenset(),
 ) -> list[ProcInfo]:
-    """Processes with any of `paths` open, by pid, each once (this process excluded)."""
-    wanted = {os.path.realpath(p) for p in paths}
+    """Processes with any of the devices at `paths` open (through any path to them), by
+    pid, each once (this process excluded)."""
+    wanted = Devices.of(paths)
     skip = set(exclude_pids) | {os.getpid()}
     holders = []
     for pid in _pids(proc):
@@ -278,6 +360,12 @@ def describe(p: ProcInfo) -> str:
     return f"pid {p.pid} ({p.user}): {p.cmdline}"
 
 
+def is_old_runtime(p: ProcInfo) -> bool:
+    return p.unit == OLD_RUNTIME_UNIT or "tpu-runtime" in p.cmdline
+
+
 def held_by(foreign: list[ProcInfo]) -> str:
-    """Why a host takes no job: the processes tpuq did not start that hold its TPU."""
-    return "TPU held by " + "; ".join(describe(p) for p in foreign)
+    """Why a host takes no job: the processes tpuq did not start that hold its TPU (and,
+    for the old images' runtime service, how to stop it)."""
+    why = "TPU held by " + "; ".join(describe(p) for p in foreign)
+    return f"{why}: {OLD_RUNTIME_FIX}" if any(map(is_old_runtime, foreign)) else why

@@ -16,15 +16,16 @@ import threading
 import uuid
 from typing import Any
 
-from tpuq import localclient
+from tpuq import jobenv, localclient
 from tpuq.agent import devices, identity, libtpu, pidlock, recovery, topology
-from tpuq.agent.errors import AgentError
+from tpuq.agent.errors import AgentError, HostUnfit
 from tpuq.agent.executor import Executor
 from tpuq.agent.localapi import LocalApi
 from tpuq.agent.localsock import LocalSocketServer
-from tpuq.agent.metadata import MaintenanceWatcher, read_topology
+from tpuq.agent.metadata import MaintenanceWatcher, preempted_now, read_topology
 from tpuq.agent.notices import NoticePolicy
 from tpuq.agent.notifier import Notifier
+from tpuq.agent.probes import HostShapes
 from tpuq.agent.reserve import Reserve
 from tpuq.agent.signals import StopSignals
 from tpuq.agent.tickers import Ticker
@@ -46,6 +47,49 @@ def read_boot_id(path: str) -> str:
             return f.read().strip()
     except OSError as e:
         raise AgentError(f"cannot read boot id from {path}: {e}") from None
+
+
+def find_chips(settings: Settings) -> list[devices.Chip]:
+    """This host's chips (a TPU7x chip's two vfio groups as one), or HostUnfit saying
+    what to change: chips tpuq does not know, or TPU chips without device files."""
+    functions = devices.pci_functions(settings.pci_dir)
+    chips = devices.discover_chips(settings.device_glob)
+    if not settings.tpu_type:
+        groups = [c.index for c in chips if any("/vfio/" in p for p in c.paths)]
+        refused = devices.refusal(functions, groups)
+        if refused:
+            raise HostUnfit(refused)
+    chips = devices.group_by_pci(chips, functions)
+    if chips:
+        return chips
+    tpus = [f for f in functions if f.generation is not None]
+    if tpus:
+        gen = tpus[0].generation or ""
+        raise HostUnfit(
+            f"this VM has {len({f.base for f in tpus})} {gen} TPU chips on its PCI bus but no "
+            f"TPU device files ({settings.device_glob!r}): its OS image does not match its TPU "
+            f"generation. Recreate the VM with the {gen} software version "
+            f"({devices.IMAGES.get(gen, 'see the Cloud TPU docs')}), or set TPUQ_DEVICE_GLOB "
+            "if its device files are elsewhere")
+    raise AgentError(f"no TPU chips found with device glob {settings.device_glob!r} "
+                     "(set TPUQ_DEVICE_GLOB)")
+
+
+def warn_without_hugepages(path: str) -> bool:
+    """Warn (True) when transparent hugepages are not `always`: the TPU runtime's
+    start-up and shutdown are then much slower on v5e and later (jax cloud_tpu_init.py),
+    and chips take longer to be free after a kill."""
+    try:
+        with open(path) as f:
+            mode = f.read().strip()
+    except OSError:
+        return False  # not Linux, or no such knob: nothing to say
+    if "[always]" in mode:
+        return False
+    log.warning("transparent hugepages are %r, not always: TPU start-up and shutdown are much "
+                "slower on v5e and later; set them: echo always | sudo tee %s (the startup "
+                "script does it at boot)", mode, path)
+    return True
 
 
 def holder_of(settings: Settings) -> hosts.Holder:
@@ -71,14 +115,11 @@ class Agent:
         self.holder = holder_of(settings)
         # every write of the host row names this start of the agent (state/hosts.py)
         self.held = hosts.Held(self.name, uuid.uuid4().hex)
-        chips = devices.discover_chips(settings.device_glob)
-        if not chips:
-            raise AgentError(f"no TPU chips found with device glob {settings.device_glob!r} "
-                             "(set TPUQ_DEVICE_GLOB)")
-        self.tpu_type = devices.detect_tpu_type(len(chips), settings.pci_dir,
-                                                settings.tpu_type or None)
-        topo = read_topology(settings.metadata_url) if settings.metadata_url and (
-            self.tpu_type is None or not settings.slice_name) else None
+        chips = find_chips(settings)
+        # the type the PCI bus shows: real TPU chips, which `auto` shape probes ask JAX about
+        self.pci_type = devices.detect_tpu_type(len(chips), settings.pci_dir)
+        self.tpu_type = settings.tpu_type or self.pci_type
+        topo = read_topology(settings.metadata_url) if settings.metadata_url else None
         if self.tpu_type is None and topo:
             self.tpu_type = topo.get("accelerator_type")
         self.seat = topology.seat_of(settings, topo)
@@ -93,6 +134,12 @@ class Agent:
         self.executor = Executor(settings, db, self.held, boot_id=self.boot_id, chips=chips,
                                  tpu_type=self.tpu_type, on_change=self.wake_scheduler)
         self.executor.gang_news = self.announce
+        self.executor.notice_source = self.platform_notice
+        self.shapes = HostShapes(self.executor, settings, devices.generation_of(self.tpu_type),
+                                 self._offer, real_tpu=self.pci_type is not None)
+        coordinator = topology.multislice_coordinator(topo)
+        if coordinator is not None:  # MEGASCALE_* in tpu-env: each job sees its slice alone
+            self.executor.host_env = jobenv.single_slice_env(coordinator)
         self.executor.in_slice = self.seat is not None
         # leader lease holder = the host name, not host:pid: a restarted agent resumes its
         # own lease at once, and only one agent holds a host name (hosts.register)
@@ -197,13 +244,15 @@ class Agent:
                     chips=[c.index for c in self.chips], boot_id=self.boot_id,
                     agent_pid=os.getpid(), stale_s=self.settings.host_stale_s,
                     seat=(self.seat.slice, self.seat.worker, self.seat.tpu_type)
-                    if self.seat else None)
+                    if self.seat else None, unavailable=self.shapes.initial())
         except hosts.NameTaken as e:
             raise AgentError(str(e)) from None
         if took_over:
             log.warning("%s", took_over)
         self.executor.keepers.start()
+        warn_without_hugepages(self.settings.thp_file)
         recovery.recover(self.executor, self.boot_id)
+        self.shapes.tick()  # before any work: the shapes this host offers are proven
         self._serve_socket()
         if not self.settings.embedded:
             from tpuq.queue.worker import HostWorker
@@ -219,6 +268,8 @@ class Agent:
             Ticker("heartbeat", cfg.heartbeat_s, self._heartbeat),
             Ticker("tpu-logs", 3600, lambda: libtpu.trim_tpu_logs(cfg.tpu_logs_dir)),
             Ticker("notifier", cfg.notify_poll_s, Notifier(cfg, self.db, self.name).run_once),
+            # a changed Python, JAX or libtpu is noticed within 15 heartbeats (30 s)
+            Ticker("shape-probes", 15 * cfg.heartbeat_s, self.shapes.tick),
         ]
         for t in self.tickers:
             t.start()
@@ -288,9 +339,26 @@ class Agent:
             self.executor.poll_assigned()
 
     # ---- notices: what taking the host out of service and giving it back mean -------------
+    def platform_notice(self) -> str | None:
+        """The notice standing for this host now, asked when an attempt the agent sent
+        no stop ends: one in force, or the metadata server saying, asked now, that the VM
+        is being preempted (the platform's SIGTERM can come before the next poll, and a
+        job that caught it and saved exits 0)."""
+        standing = self.notices.reason
+        if standing is not None or not self.settings.metadata_url:
+            return standing
+        return "instance preempted" if preempted_now(self.settings.metadata_url) else None
+
+
     def _take_out(self, notices: str) -> None:
         self._mark_busy(notices)
         self.preempt_all(f"host notice: {notices}")
+
+    def _offer(self, unavailable: dict[str, str] | None) -> None:
+        """The shapes this host does not offer (probes.py), on its row; then schedule."""
+        with self.db.write() as s:
+            self.held.set_unavailable(s, unavailable)
+        self.wake_scheduler()
 
     def _mark_busy(self, notices: str) -> None:
         with self.db.write() as s:

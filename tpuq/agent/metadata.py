@@ -11,7 +11,7 @@ and calls ``on_change(source, notice)`` once per change of what a source says, f
 watcher thread: a :class:`Notice` when it announces something, ``None`` when it no
 longer does (the event back to ``NONE``, the upcoming-maintenance key gone (404),
 ``preempted`` back to ``FALSE``).  A notice has a kind and, for an announced window,
-when it starts:
+when it starts and whether the maintenance is already under way:
 
 * ``MAINTENANCE``: ``maintenance-event`` is ``TERMINATE_ON_HOST_MAINTENANCE`` (or another
   non-NONE value);
@@ -20,7 +20,14 @@ when it starts:
 * ``PREEMPTED``: ``instance/preempted`` is TRUE;
 * ``UPCOMING``: ``upcoming-maintenance`` announces a window (SCHEDULED or UNSCHEDULED),
   which may be hours away, so the caller decides when to act (agent/notices.py).  A
-  window that moves is a new notice; a change of its status alone is not.
+  window that moves, or maintenance that becomes ONGOING, is a new notice.
+
+``upcoming-maintenance`` is read as GCE serves it (docs/tpu-facts.md, each shape with its
+source): asked with ``?alt=json``, snake_case keys (``type``, ``maintenance_status``,
+``window_start_time``) or camelCase ones (``maintenanceType``, ``windowStartTime``, as
+the TPU docs show), or "key value" lines; nothing pending is 404, 503, ``{}``, an
+``{"error": ...}`` body, an empty body or ``NONE``.  An answer that is none of these is
+logged at WARNING and changes nothing: a notice is never invented from it.
 
 The watcher never interprets notices beyond that; it never crashes on network errors
 (it backs off and retries, logging at debug level), and an unanswered source keeps what
@@ -77,11 +84,13 @@ class NoticeKind(str, Enum):
 @dataclass(frozen=True)
 class Notice:
     """One notice from the metadata server. `value` is what the server said (the event,
-    or the window's maintenanceType); `window` the announced window's start as sent."""
+    or the window's type); `window` the announced window's start as sent; `ongoing`: the
+    server says the maintenance is under way."""
 
     kind: NoticeKind
     value: str = ""
     window: str | None = None
+    ongoing: bool = False
 
     @property
     def source(self) -> Source:
@@ -109,7 +118,64 @@ class Notice:
             return f"migrate-only maintenance-event {self.value}"
         if self.kind is NoticeKind.PREEMPTED:
             return "instance preempted"
+        if self.ongoing:
+            return f"maintenance {self.value} ongoing"
         return f"upcoming maintenance {self.value} at {self.window or 'unknown time'}"
+
+
+class Unreadable(ValueError):
+    """An upcoming-maintenance answer in no shape GCE is known to send."""
+
+
+# what the window's fields are called: ?alt=json and "key value" lines (Compute Engine
+# docs; Google's sapagent, internal/processmetrics/infra/infra.go) and the TPU docs' camelCase
+_TYPE_KEYS = ("type", "maintenanceType", "maintenance_type")
+_START_KEYS = ("window_start_time", "windowStartTime")
+_STATUS_KEYS = ("maintenance_status", "maintenanceStatus")
+_KNOWN_KEYS = frozenset({*_TYPE_KEYS, *_START_KEYS, *_STATUS_KEYS, "window_end_time",
+                         "windowEndTime", "latest_window_start_time", "latestWindowStartTime",
+                         "can_reschedule", "canReschedule"})
+# 503 is what sapagent sees while nothing was ever announced (its
+# metadataNoUpcomingMaintenanceResponse); 404 is a key that is not there
+_NOTHING_STATUSES = (404, 503)
+
+
+def _fields(body: str) -> dict[str, Any]:
+    """The answer's fields: a JSON object, or "key value" lines. Unreadable otherwise."""
+    try:
+        info = json.loads(body)
+    except ValueError:
+        lines = [ln.split(None, 1) for ln in body.splitlines() if ln.strip()]
+        info = {kv[0]: kv[1].strip() if len(kv) > 1 else "" for kv in lines}
+        if not info or not set(info) <= _KNOWN_KEYS:
+            raise Unreadable(f"neither JSON nor key-value lines: {body[:80]!r}") from None
+    if not isinstance(info, dict):
+        raise Unreadable(f"not an object: {body[:80]!r}")
+    return info
+
+
+def _first(info: dict[str, Any], keys: tuple[str, ...]) -> str | None:
+    return next((str(info[k]) for k in keys if info.get(k) not in (None, "")), None)
+
+
+def upcoming_notice(status: int, body: str) -> Notice | None:
+    """What an `upcoming-maintenance` answer says: a notice, or None for nothing pending.
+    Raises Unreadable for an answer in no known shape, MetadataError for a server error."""
+    if status in _NOTHING_STATUSES:
+        return None
+    if status != 200:
+        raise MetadataError(f"GET {UPCOMING}: HTTP {status}")
+    text = body.strip()
+    if text in ("", "NONE"):
+        return None
+    info = _fields(text)
+    if not info or "error" in info:
+        return None
+    kind, start = _first(info, _TYPE_KEYS), _first(info, _START_KEYS)
+    state = (_first(info, _STATUS_KEYS) or "").upper()
+    if kind is None and start is None and not state:
+        raise Unreadable(f"no maintenance fields in {text[:80]!r}")
+    return Notice(NoticeKind.UPCOMING, kind or "UNKNOWN", start, ongoing=state == "ONGOING")
 
 
 class MetadataError(Exception):
@@ -188,7 +254,7 @@ class MaintenanceWatcher:
         self._threads: list[threading.Thread] = []
         self._last_event = "NONE"
         self._preempted = False
-        self._upcoming: tuple[str, str | None] | None = None
+        self._upcoming: Notice | None = None
 
     @property
     def enabled(self) -> bool:
@@ -286,44 +352,47 @@ class MaintenanceWatcher:
 
     def _poll_upcoming(self) -> None:
         assert self._client is not None
-        status, body, _ = self._client.get(UPCOMING, 5.0)
-        if status == 404:  # no maintenance scheduled: GCE answers with an error body
-            if self._upcoming is not None:  # the window passed or was withdrawn
-                self._upcoming = None
-                self._notify(Source.UPCOMING, None)
-            return
-        if status != 200:
-            raise MetadataError(f"GET {UPCOMING}: HTTP {status}")
+        status, body, _ = self._client.get(UPCOMING, 5.0, alt="json")
         try:
-            info: Any = json.loads(body)
-        except ValueError as exc:
-            raise MetadataError(f"GET {UPCOMING}: bad JSON {body[:80]!r}") from exc
-        if not isinstance(info, dict):
-            raise MetadataError(f"GET {UPCOMING}: not an object")
-        kind = str(info.get("maintenanceType", "UNKNOWN"))
-        start = info.get("windowStartTime")
-        window = None if start is None else str(start)
-        if (kind, window) != self._upcoming:  # a status change alone is not a new event
-            self._upcoming = (kind, window)
-            self._notify(Source.UPCOMING, Notice(NoticeKind.UPCOMING, kind, window))
+            notice = upcoming_notice(status, body)
+        except Unreadable as exc:
+            log.warning("upcoming-maintenance: %s; keeping what it said before", exc)
+            return
+        if notice != self._upcoming:
+            self._upcoming = notice
+            self._notify(Source.UPCOMING, notice)
+
+
+def preempted_now(base_url: str, timeout_s: float = 2.0) -> bool:
+    """`instance/preempted` asked now: TRUE while a spot or preemptible VM is reclaimed
+    (Compute Engine docs); False when it says otherwise or does not answer."""
+    try:
+        status, body, _ = _Client(base_url).get(PREEMPTED, timeout_s)
+    except MetadataError:
+        return False
+    return status == 200 and body.strip().upper() == "TRUE"
 
 
 def read_topology(base_url: str | None, timeout_s: float = 2.0) -> dict[str, Any]:
     """Host topology from metadata attributes; None values when unknown or unreachable.
 
     Keys: ``accelerator_type`` (str, e.g. "v4-8"), ``agent_worker_number`` (int),
-    ``worker_network_endpoints`` (str, raw), ``tpu_env`` (str, raw: ``KEY: 'value'`` lines).
+    ``worker_network_endpoints`` (str, raw), ``tpu_env`` (str, raw: ``KEY: 'value'`` lines),
+    ``instance_name`` (str: ``instance/name``, which every GCE VM has; TPU VMs made through
+    Compute Engine may lack the Cloud TPU attributes).
     """
     result: dict[str, Any] = {
         "accelerator_type": None, "agent_worker_number": None, "worker_network_endpoints": None,
-        "tpu_env": None,
+        "tpu_env": None, "instance_name": None,
     }
     if not base_url:
         return result
     client = _Client(base_url)
     for key in result:
+        path = "instance/name" if key == "instance_name" else \
+            "instance/attributes/" + key.replace("_", "-")
         try:
-            status, body, _ = client.get("instance/attributes/" + key.replace("_", "-"), timeout_s)
+            status, body, _ = client.get(path, timeout_s)
         except MetadataError as exc:
             log.debug("read_topology: %s", exc)
             if key == "accelerator_type":

@@ -47,12 +47,15 @@ def start_timer(delay_s: float, fn: Callable[[], None]) -> Cancel:
 
 def due_at(notice: Notice, lead_s: float) -> float | None:
     """When `notice` takes the host out (epoch seconds; -inf: at once), None: never.
-    A window announced ahead is acted on `lead_s` before it opens; one whose start is
-    unknown, at once."""
+    A window announced ahead is acted on `lead_s` before it opens; maintenance the
+    server says is ongoing, at once; an announcement with no readable window that is not
+    ongoing, never (a 200 without a window is not a notice due now)."""
     if notice.kind is NoticeKind.MIGRATION:
         return None
-    start = notice.window_start if notice.kind is NoticeKind.UPCOMING else None
-    return -math.inf if start is None else start.timestamp() - lead_s
+    if notice.kind is not NoticeKind.UPCOMING or notice.ongoing:
+        return -math.inf
+    start = notice.window_start
+    return None if start is None else start.timestamp() - lead_s
 
 
 class NoticePolicy:

@@ -32,23 +32,56 @@ def exit_path(log_path: str) -> str:
     return log_path + ".exit"
 
 
-def natural_ending(ex: exits.Exit, log_path: str,
-                   on_busy: Callable[[str], None] = lambda _: None) -> Ending:
-    """How an attempt ended by itself; a stop request overrides it in the database."""
+# Who holds the chips after a start-up failure that said the TPU was busy: a description
+# (the host is then busy) or None (nobody: the failure is not "busy"). The supervisor
+# scans the attempt's chips (executor.tpu_busy); elsewhere nothing can scan.
+BusyCheck = Callable[[str], "str | None"]
+
+
+def _no_scan(_: str) -> str | None:
+    return None
+
+
+def natural_ending(ex: exits.Exit, log_path: str, busy_check: BusyCheck = _no_scan) -> Ending:
+    """How an attempt ended by itself; a stop request overrides it in the database.
+
+    A TPU that did not start is a host error (requeued, uncharged, and capped: after
+    TPUQ_HOST_ERROR_RETRIES in a row the job fails, state/attempts.py), with the
+    runtime's own words and a hint. It is "TPU busy" only when a holder is found."""
     if ex.succeeded:
         return Ending(Outcome.SUCCEEDED, ex.words, ex.code, ex.signal)
     if ex.code == exits.EX_TEMPFAIL:
         return Ending(Outcome.REQUEUED, f"{ex.words} (EX_TEMPFAIL: job asked to be requeued)",
                       ex.code, ex.signal)
-    busy = exits.tpu_busy_message(exits.read_tail(log_path))
-    if busy:
-        on_busy(busy)
-        return Ending(Outcome.HOST_ERROR, f"TPU busy: {busy.strip()}", ex.code, ex.signal)
-    return Ending(Outcome.FAILED, ex.words, ex.code, ex.signal)
+    failed = exits.startup_failure(exits.read_tail(log_path))
+    if failed is None:
+        return Ending(Outcome.FAILED, ex.words, ex.code, ex.signal)
+    holder = busy_check(failed.message) if failed.busy else None
+    if holder:
+        why = f"TPU busy: {failed.message} ({holder})"
+    elif failed.busy:
+        why = (f"TPU did not start: {failed.message}; no process holds its chips now "
+               "(a stale libtpu lock, removed before the next job, or a holder gone since)")
+    else:
+        why = f"TPU did not start: {failed.message} (hint: {failed.hint})"
+    return Ending(Outcome.HOST_ERROR, why, ex.code, ex.signal)
 
 
-def ending_of(ended: dict[str, Any], log_path: str,
-              on_busy: Callable[[str], None] = lambda _: None) -> Ending:
+# What the platform's own SIGTERM may have ended (TPU Autocheckpoint, a spot VM reclaimed):
+# the job's work is not done whatever it exited with, so it is requeued as preempted.
+UNDER_NOTICE = frozenset({Outcome.SUCCEEDED, Outcome.FAILED, Outcome.REQUEUED})
+
+
+def under_notice(end: Ending, notice: str | None) -> Ending:
+    """`end` of an attempt the agent sent no stop, while `notice` (a preemption or
+    maintenance notice for its host) stood: preempted, whatever its exit status."""
+    if notice is None or end.outcome not in UNDER_NOTICE:
+        return end
+    return Ending(Outcome.PREEMPTED, f"ended under a platform notice ({notice}): {end.reason}",
+                  end.exit_code, end.exit_signal)
+
+
+def ending_of(ended: dict[str, Any], log_path: str, busy_check: BusyCheck = _no_scan) -> Ending:
     """The Ending a keeper's report (or exit file) means."""
     if ended.get("error"):
         kind = Outcome.HOST_ERROR if ended.get("host_error") else Outcome.FAILED
@@ -56,7 +89,8 @@ def ending_of(ended: dict[str, Any], log_path: str,
     if ended.get("fenced"):
         return Ending(Outcome.LOST, "stopped by its keeper: the lease was not renewed in time",
                       ended.get("code"), ended.get("signal"))
-    end = natural_ending(exits.Exit(ended.get("code"), ended.get("signal")), log_path, on_busy)
+    end = natural_ending(exits.Exit(ended.get("code"), ended.get("signal")), log_path,
+                         busy_check)
     if ended.get("signalled") is False:  # an older keeper's file says nothing: not untouched
         return dataclasses.replace(end, untouched=True)
     return end
@@ -73,12 +107,14 @@ def read_exit(log_path: str) -> dict[str, Any] | None:
 
 
 def record(db: Database, job_id: int, attempt: int, host: str, end: Ending, *,
-           progress: Progress | None, retry_backoff_s: float) -> None:
+           progress: Progress | None, retry_backoff_s: float,
+           host_retries: int = attempts.HOST_RETRIES) -> None:
     """One transaction: the last reported step, then the end (fenced: nothing changes)."""
     with db.write() as s:
         if progress is not None:
             attempts.record_progress(s, job_id, attempt, *progress)
-        attempts.finish(s, job_id, attempt, host, end, retry_backoff_s=retry_backoff_s)
+        attempts.finish(s, job_id, attempt, host, end, retry_backoff_s=retry_backoff_s,
+                        host_retries=host_retries)
 
 
 def record_unattended(job_id: int, attempt: int, host: str, log_path: str,
@@ -99,7 +135,8 @@ def record_unattended(job_id: int, attempt: int, host: str, log_path: str,
     timer.start()
     try:
         until_written(lambda: record(db, job_id, attempt, host, end, progress=progress,
-                                     retry_backoff_s=cfg.retry_backoff_s),
+                                     retry_backoff_s=cfg.retry_backoff_s,
+                                     host_retries=cfg.host_error_retries),
                       f"recording the end of job {job_id}", max_wait_s=2.0, give_up=give_up)
     finally:
         timer.cancel()

@@ -30,7 +30,7 @@ log = logging.getLogger("tpuq.agent")
 
 def recover(executor: Executor, boot_id: str) -> None:
     settings, db, name = executor.settings, executor.db, executor.name
-    backoff = settings.retry_backoff_s
+    backoff, host_retries = settings.retry_backoff_s, settings.host_error_retries
     with db.read() as s:
         active = attempts.active_on_host(s, name)
         now = queries.now(s)
@@ -50,13 +50,14 @@ def recover(executor: Executor, boot_id: str) -> None:
             end = outcome.ending_of(ended, att.log_path or "")
             progress = outcome.last_progress(outcome.progress_path(att.log_path or ""))
             outcome.record(db, job.id, att.number, name, end, progress=progress,
-                           retry_backoff_s=backoff)
+                           retry_backoff_s=backoff, host_retries=host_retries)
             continue
         lost.append((job, att))
     _stop_strays(executor, adopted)
     _kill_orphans(executor, adopted, lost)
     with db.write() as s:
-        rebooted = attempts.requeue_rebooted(s, name, boot_id, retry_backoff_s=backoff)
+        rebooted = attempts.requeue_rebooted(s, name, boot_id, retry_backoff_s=backoff,
+                                             host_retries=host_retries)
     if rebooted:
         log.warning("requeued after reboot or restart: jobs %s", rebooted)
     for job, att in lost:
@@ -89,7 +90,8 @@ def _end_gang_tasks(executor: Executor) -> None:
             gangs.ended(s, job_id, attempt, worker, Ending(Outcome.LOST, why, untouched=True))
             if worker == 0:
                 attempts.finish(s, job_id, attempt, None, Ending(Outcome.LOST, why),
-                                retry_backoff_s=backoff)
+                                retry_backoff_s=backoff,
+                                host_retries=executor.settings.host_error_retries)
             else:
                 gangs.request_stop(s, job_id, attempt, f"{why}: stopping the gang")
         log.warning("job %s attempt %s: %s", job_id, attempt, why)
@@ -136,11 +138,13 @@ def _kill_orphans(executor: Executor, adopted: set[tuple[int, int]], lost: list[
     if found:
         log.warning("killing orphans of earlier attempts: %s",
                     "; ".join(holders.describe(p) for p in found))
-        holders.kill_and_wait([(p.pid, p.start_ticks) for p in found], timeout=10.0)
+        holders.kill_and_wait([(p.pid, p.start_ticks) for p in found],
+                              timeout=executor.settings.chip_release_s)
     for job, att in lost:
         if att.pid and att.proc_start and holders.is_same_process(att.pid, att.proc_start):
             log.warning("killing orphan of job %s (pid %s)", job.id, att.pid)
-            holders.kill_and_wait([(att.pid, att.proc_start)], timeout=10.0)
+            holders.kill_and_wait([(att.pid, att.proc_start)],
+                                  timeout=executor.settings.chip_release_s)
 
 
 def _attempt_of(p: holders.ProcInfo) -> tuple[int, int] | None:

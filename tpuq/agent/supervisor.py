@@ -103,7 +103,9 @@ class HostContext(Protocol):
 
     def attempt_done(self, sup: Supervisor) -> None: ...
 
-    def tpu_busy(self, message: str) -> None: ...
+    def tpu_busy(self, message: str, chips: tuple[int, ...]) -> str | None: ...
+
+    def platform_notice(self) -> str | None: ...
 
 
 class Supervisor(threading.Thread):
@@ -189,8 +191,11 @@ class Supervisor(threading.Thread):
         if spec.runs_function:
             self._write(lambda: functionjob.stage_out(self.ctx.db, spec.job_id, spec.attempt,
                                                       self.log_path), "storing its result")
-        self._finish(outcome.ending_of(ended, self.log_path,
-                                       self.ctx.tpu_busy))
+        end = outcome.ending_of(ended, self.log_path,
+                                lambda said: self.ctx.tpu_busy(said, spec.chips))
+        if not self._stop_sent:  # the platform's SIGTERM, not ours (outcome.under_notice)
+            end = outcome.under_notice(end, self.ctx.platform_notice())
+        self._finish(end)
         self.link.send(op="collected")
 
     def _launch(self) -> Launch:
@@ -324,7 +329,8 @@ class Supervisor(threading.Thread):
             att = next((a for a in attempts.active_on_host(s, self.ctx.name)
                         if a[0].id == self.spec.job_id), None)
         if att is not None and att[1].pid and att[1].proc_start:
-            holders.kill_and_wait([(att[1].pid, att[1].proc_start)], timeout=10.0)
+            holders.kill_and_wait([(att[1].pid, att[1].proc_start)],
+                                  timeout=self.ctx.settings.chip_release_s)
         return {"code": None, "signal": None,
                 "error": "its keeper died; the attempt's end is unknown (requeued)",
                 "host_error": True}
@@ -390,7 +396,8 @@ class Supervisor(threading.Thread):
         # the outcome must reach the database, however long it is away
         self._write(lambda: outcome.record(self.ctx.db, spec.job_id, spec.attempt,
                                            self.fence_host, end, progress=progress,
-                                           retry_backoff_s=self.ctx.settings.retry_backoff_s),
+                                           retry_backoff_s=self.ctx.settings.retry_backoff_s,
+                                           host_retries=self.ctx.settings.host_error_retries),
                     "recording the end of")
         status = f"exit {end.exit_code}" if end.exit_code is not None else \
             f"signal {end.exit_signal}" if end.exit_signal is not None else "no exit status"

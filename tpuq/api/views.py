@@ -31,6 +31,8 @@ def job_object(row: Any, viewer: Caller, env: Mapping[str, str] | None = None,
         "grace_s": row.grace_s, "time_limit_s": row.time_limit_s,
         "stop_request": row.stop_request, "notify": row.notify,
         "array_id": row.array_id, "array_index": row.array_index,
+        # TPU variables of the submitter's shell the job does not get (jobenv.dropped)
+        "env_dropped": list(getattr(row, "env_dropped", None) or ()),
         "started_at": getattr(current, "started_at", None),
         "step": getattr(current, "checkpoint_step", None),
         "step_at": getattr(current, "checkpoint_at", None),
@@ -70,7 +72,9 @@ def host_object(h: Any, jobs: Mapping[int, list[int]], now: float,
             "used": sum(len(c) for c in jobs.values()), "jobs": sorted(jobs),
             "heartbeat_at": h.heartbeat_at, "state": state,
             # a worker of a multi-host slice: the slice, its type, this worker's number
-            "slice": h.slice_name, "slice_type": h.slice_type, "worker": h.slice_worker}
+            "slice": h.slice_name, "slice_type": h.slice_type, "worker": h.slice_worker,
+            # chip counts (or "*", every shape) it does not offer, and why (shape probes)
+            "unavailable": dict(getattr(h, "unavailable", None) or {})}
 
 
 def worker_object(w: Any) -> dict[str, Any]:

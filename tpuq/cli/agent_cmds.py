@@ -23,6 +23,7 @@ def agent(host: str | None, verbose: bool) -> None:
     import dataclasses
     import logging
 
+    from tpuq.agent.errors import EXIT_UNFIT, HostUnfit
     from tpuq.agent.main import Agent, AgentError, socket_has_agent
     from tpuq.agent.signals import StopSignals, reset_signals
 
@@ -40,6 +41,9 @@ def agent(host: str | None, verbose: bool) -> None:
     try:
         a = Agent(cfg, db)
         a.start()
+    except HostUnfit as e:  # a restart changes nothing: a status systemd does not restart
+        click.echo(f"tpuq: error: {e}", err=True)
+        sys.exit(EXIT_UNFIT)
     except AgentError as e:
         raise Unavailable(str(e)) from None
     sys.exit(a.run_until_stopped(signals))

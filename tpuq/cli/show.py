@@ -71,6 +71,9 @@ def _spec_text(job: dict[str, Any]) -> str:
         names = sorted(job["env"])
         more = f", ... ({len(names)} in all; --json lists them)" if len(names) > 8 else ""
         lines.append(f"  env       {', '.join(names[:8])}{more}")
+    if job.get("env_dropped"):
+        lines.append(f"  dropped   {', '.join(job['env_dropped'])} (TPU variables tpuq sets "
+                     "or clears for each job; docs/tpu-vm.md)")
     if job["resubmit_of"]:
         lines.append(f"  resubmits job {job['resubmit_of']}")
     if job["waiting_for"]:

@@ -302,9 +302,19 @@ def _hosts_table(hosts: list[dict[str, Any]], now: float) -> Any:
                                  if h.get("slice") else h["tpu_type"] or "?",
                                  f"{h['used']}/{len(h['chips'])}",
                                  ",".join(map(str, h["jobs"])) or "-",
-                                 render.ago(h["heartbeat_at"], now), h["state"])]
+                                 render.ago(h["heartbeat_at"], now), _host_state(h))]
             for h in hosts]
     return _table(["HOST", "TYPE", "CHIPS", "JOBS", "HEARTBEAT", "STATE"], rows, "STATE")
+
+
+def _host_state(h: dict[str, Any]) -> str:
+    """The host's state, and the chip shapes it does not offer with why (a probe's error)."""
+    withheld = {k: v for k, v in (h.get("unavailable") or {}).items() if k.isdigit()}
+    if not withheld:
+        return str(h["state"])
+    said = "; ".join(f"{k}-chip jobs unavailable: {v}" for k, v in sorted(
+        withheld.items(), key=lambda kv: int(kv[0])))
+    return f"{h['state']}; {said}"
 
 
 COMMANDS = [status]

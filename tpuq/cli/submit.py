@@ -148,6 +148,7 @@ def submit(command: tuple[str, ...], name: str | None, chips: int | None, tpu_ty
         spec = JobSpec(
             command=build_command(command, python), cwd=os.getcwd(),
             env=jobenv.capture(os.environ, env_items, export),
+            env_dropped=jobenv.dropped(os.environ, env_items),
             owner=cfg.user_name, team=team or cfg.team, name=name, priority=priority,
             chips=chips, tpu_type=tpu_type, stop_signal=stop_signal,
             grace_s=parse_duration(grace) if grace else cfg.default_grace_s,

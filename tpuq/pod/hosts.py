@@ -8,8 +8,8 @@ Where the list comes from, the first that answers wins:
 4. the GCE metadata server at its usual address.
 
 From metadata: `instance/attributes/worker-network-endpoints` holds comma-separated
-entries whose last colon-separated field is the worker's internal IP, in worker order
-(jax `_src/clusters/cloud_tpu_cluster.py` reads it the same way), and
+entries, `name:id:ip` or (newer) plain hostnames, in worker order (jax
+`_src/clusters/cloud_tpu_cluster.py` reads both), and
 `agent-worker-number` says which worker this machine is. A configured server is the
 deployment's word; otherwise a file the user keeps beats a guess at the usual address.
 
@@ -132,14 +132,14 @@ def parse_list(text: str) -> list[tuple[str, str | None, int | None]]:
 
 
 def parse_endpoints(raw: str) -> list[str]:
-    """Worker IPs from `worker-network-endpoints`, in worker order."""
-    ips = []
-    for entry in raw.strip().split(","):
-        ip = entry.strip().rsplit(":", 1)[-1]
-        if not _is_ip(ip):
-            raise HostsError(f"metadata worker-network-endpoints: cannot read {entry!r}")
-        ips.append(ip)
-    return ips
+    """Worker addresses from `worker-network-endpoints`, in worker order: `name:id:ip`
+    entries or plain hostnames (agent/topology.py reads both)."""
+    from tpuq.agent.topology import endpoint_hosts
+
+    try:
+        return endpoint_hosts(raw)
+    except ValueError as e:
+        raise HostsError(f"metadata {e}") from None
 
 
 def is_this_machine(host: str) -> bool:

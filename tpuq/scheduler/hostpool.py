@@ -47,7 +47,7 @@ class Host:
         self.type = view.tpu_type
         self.chips = tuple(sorted(set(view.chips)))
         self.n = len(self.chips)
-        self.allowed = allowed_chip_counts(self.n)
+        self.allowed = tuple(n for n in allowed_chip_counts(self.n) if n not in view.withheld)
         self.free = set(view.free).intersection(self.chips)
         self.schedulable = view.schedulable
         self.why_not = view.out_of_service or "out of service"
@@ -134,13 +134,14 @@ class Pool:
         if not h.n:
             return
         for t in {h.type, None}:
-            self.offered.update((t, need) for need in (WHOLE, *h.allowed))
+            whole = (WHOLE,) if h.n in h.allowed else ()
+            self.offered.update((t, need) for need in (*whole, *h.allowed))
             self.min_whole[t] = min(self.min_whole.get(t, h.n), h.n)
 
     def _index(self, h: Host) -> None:
         fc = len(h.free)
         entries: list[tuple[Key, int]] = []
-        if fc and fc == h.n:
+        if fc and fc == h.n and h.n in h.allowed:
             entries.append(((h.type, WHOLE), h.n))
         entries.extend(((h.type, need), fc) for need in h.allowed if h.has_block(need))
         for key, slot in entries:

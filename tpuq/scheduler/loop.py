@@ -52,8 +52,8 @@ def views(snap: snapshot.Snapshot) -> tuple[list[policy.JobView], list[policy.Ho
                              free_at=snap.ends.get(name, {}),
                              slice=member[0] if member else None,
                              worker=member[1] if member else 0,
-                             slice_type=member[2] if member else None)
-             for name, tpu_type, chips, why, member in snap.hosts]
+                             slice_type=member[2] if member else None, withheld=withheld)
+             for name, tpu_type, chips, why, member, withheld in snap.hosts]
     names = set(snap.team_running) | set(snap.teams) | set(snap.usage)
     return jobs, hosts, {t: team_view(snap, t) for t in names}
 
@@ -149,8 +149,9 @@ class Scheduler:
         if not due:
             return []
         with self.db.write() as s:
-            requeued = attempts.requeue_expired(s, due,
-                                                retry_backoff_s=self.settings.retry_backoff_s)
+            requeued = attempts.requeue_expired(
+                s, due, retry_backoff_s=self.settings.retry_backoff_s,
+                host_retries=self.settings.host_error_retries)
         if requeued:
             log.warning("requeued jobs with expired leases: %s", requeued)
         return requeued

@@ -33,6 +33,8 @@ class HostView:
     slice: str | None = None
     worker: int = 0
     slice_type: str | None = None  # the slice's accelerator type, e.g. "v4-32"
+    # chip counts the host does not offer (its probe failed, or no bounds are known)
+    withheld: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)

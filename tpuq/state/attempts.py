@@ -215,11 +215,36 @@ _FINISH_COLUMNS = tuple(JOBS.c[name] for name in (
     "preemptions", "requeue_on_preempt"))
 
 
+# Outcomes that are the host's doing, not the job's. They requeue the job uncharged, but
+# never without end: after `host_retries` of them in a row the next one fails the job
+# (its owner is told, the reason says why), so no job loops silently on a broken host.
+HOST_REASONS: frozenset[Outcome] = frozenset({Outcome.HOST_ERROR, Outcome.LOST})
+HOST_RETRIES = 3  # Settings.host_error_retries
+
+
+def host_streak(s: Session, job_id: int, before: int, limit: int) -> int:
+    """How many attempts right before attempt `before` ended for host reasons (at most
+    `limit`: only whether the cap is reached matters)."""
+    if limit <= 0:
+        return 0
+    outcomes = s.scalars(select(ATTEMPTS.c.outcome)
+                         .where(ATTEMPTS.c.job_id == job_id, ATTEMPTS.c.number < before)
+                         .order_by(ATTEMPTS.c.number.desc()).limit(limit)).all()
+    streak = 0
+    for o in outcomes:
+        if o not in {h.value for h in HOST_REASONS}:
+            break
+        streak += 1
+    return streak
+
+
 def finish(s: Session, job_id: int, attempt: int, host: str | None, end: Ending, *,
-           retry_backoff_s: float, actor: str = AGENT) -> JobState | None:
+           retry_backoff_s: float, actor: str = AGENT,
+           host_retries: int = HOST_RETRIES) -> JobState | None:
     """End an attempt and move the job where the outcome says; None if fenced out.
     `retry_backoff_s` (Settings.retry_backoff_s) delays a retry after a failure or a
-    host error, doubling with each failure."""
+    host error, doubling with each failure; `host_retries` (Settings.host_error_retries)
+    host problems in a row requeue the job, the next one fails it."""
     # locked: a stop request written meanwhile must not be missed (it decides the outcome)
     job = s.execute(select(*_FINISH_COLUMNS).where(JOBS.c.id == job_id)
                     .with_for_update()).first()
@@ -230,6 +255,14 @@ def finish(s: Session, job_id: int, attempt: int, host: str | None, end: Ending,
     end = effective_ending(job.stop_request, end,
                            job.reason if job.state == JobState.PREEMPTING.value else None)
     to, values, reason = _next_state(job, end, retry_backoff_s)
+    if to is Q and end.outcome in HOST_REASONS and JobState(job.state) is not A \
+            and host_streak(s, job_id, attempt, host_retries) >= host_retries:
+        # the state machine has no assigned -> failed: an attempt that never started is
+        # requeued, and the streak it adds ends the job at its next host problem
+        to = JobState.FAILED
+        values.update(failures=job.failures + 1, ended_at=from_now(), not_before=None)
+        reason = (f"{end.reason}; failed: {host_retries + 1} host problems in a row "
+                  f"(TPUQ_HOST_ERROR_RETRIES={host_retries}), so not requeued again")
     row = transition_returning(
         s, job_id, JobState(job.state), to, attempt=attempt, host=host, reason=reason,
         actor=actor, values=values,
@@ -301,7 +334,7 @@ def expired_leases(s: Session, limit: int = 100) -> set[tuple[int, int]]:
 
 
 def requeue_expired(s: Session, suspects: set[tuple[int, int]], *,
-                    retry_backoff_s: float) -> list[int]:
+                    retry_backoff_s: float, host_retries: int = HOST_RETRIES) -> list[int]:
     """The reaper: of `suspects`, requeue those whose lease is still expired now.
 
     The rows are locked (and rows a renewal holds are skipped), so a lease renewed
@@ -321,13 +354,13 @@ def requeue_expired(s: Session, suspects: set[tuple[int, int]], *,
             continue
         end = Ending(Outcome.LOST, f"lease expired: host {r.host} stopped answering")
         if finish(s, r.id, r.attempt, r.host, end, retry_backoff_s=retry_backoff_s,
-                  actor="reaper") is not None:
+                  actor="reaper", host_retries=host_retries) is not None:
             done.append(r.id)
     return done
 
 
 def requeue_rebooted(s: Session, host: str, boot_id: str, *,
-                     retry_backoff_s: float) -> list[int]:
+                     retry_backoff_s: float, host_retries: int = HOST_RETRIES) -> list[int]:
     """At agent start: attempts on this host from an earlier boot are over; requeue now."""
     rows = s.execute(
         select(Job.id, Job.attempt, Attempt.boot_id)
@@ -341,7 +374,7 @@ def requeue_rebooted(s: Session, host: str, boot_id: str, *,
         why = "host rebooted" if r.boot_id else "agent restarted before the job started"
         end = Ending(Outcome.PREEMPTED, why) if r.boot_id else Ending(Outcome.LOST, why)
         if finish(s, r.id, r.attempt, host, end, retry_backoff_s=retry_backoff_s,
-                  actor="agent") is not None:
+                  actor="agent", host_retries=host_retries) is not None:
             done.append(r.id)
     return done
 

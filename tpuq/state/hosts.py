@@ -62,8 +62,24 @@ class Held:
         s.execute(update(Host).where(self._mine(), Host.busy_reason.is_distinct_from(reason))
                   .values(busy_reason=reason))
 
+    def set_unavailable(self, s: Session, unavailable: dict[str, str] | None) -> None:
+        """What this host does not offer, and why (chip count or WHOLE_HOST -> reason)."""
+        s.execute(update(Host).where(self._mine()).values(unavailable=unavailable or None))
+
     def stopped(self, s: Session) -> None:
         s.execute(update(Host).where(self._mine()).values(stopped_at=db_now()))
+
+
+WHOLE_HOST = "*"  # an `unavailable` key: the host offers no shape at all, for this reason
+
+
+def withheld(unavailable: dict[str, str] | None) -> frozenset[int]:
+    """The chip counts a host's `unavailable` map says it does not offer."""
+    return frozenset(int(k) for k in (unavailable or {}) if k.isdigit())
+
+
+def offers_nothing(unavailable: dict[str, str] | None) -> str | None:
+    return (unavailable or {}).get(WHOLE_HOST)
 
 
 def is_live(heartbeat_at: float | None, now: float, stale_s: float) -> bool:
@@ -83,6 +99,9 @@ def out_of_service(row: Any, now: float, stale_s: float) -> str | None:
         return "silent: gets no work"
     if row.busy_reason:
         return f"busy: {row.busy_reason}"
+    nothing = offers_nothing(getattr(row, "unavailable", None))
+    if nothing:
+        return f"offers no chip shape: {nothing}"
     if row.draining:
         return "draining"
     return None
@@ -100,7 +119,8 @@ def _alive(row: Host, now: float, stale_s: float) -> bool:
 
 def register(s: Session, held: Held, holder: Holder, *, tpu_type: str | None,
              chips: Sequence[int], boot_id: str, agent_pid: int, stale_s: float,
-             seat: tuple[str, int, str] | None = None) -> str | None:
+             seat: tuple[str, int, str] | None = None,
+             unavailable: dict[str, str] | None = None) -> str | None:
     """Take the host name for `held.instance` at agent start and describe the host.
 
     Raises NameTaken when a live agent on another machine or in another state directory
@@ -114,7 +134,7 @@ def register(s: Session, held: Held, holder: Holder, *, tpu_type: str | None,
               "agent_instance": held.instance,
               # (slice, worker, slice type) of a multi-host slice's worker
               "slice_name": seat[0] if seat else None, "slice_worker": seat[1] if seat else None,
-              "slice_type": seat[2] if seat else None}
+              "slice_type": seat[2] if seat else None, "unavailable": unavailable or None}
     mod = postgresql if s.get_bind().dialect.name == "postgresql" else sqlite
     inserted = s.execute(mod.insert(Host).values(**values, draining=False)
                          .on_conflict_do_nothing(index_elements=["name"])

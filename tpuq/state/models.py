@@ -68,6 +68,8 @@ class Job(Base):
     # (Apprise URLs, one per line: may hold a token; agents read it, users never do)
     notify: Mapped[str | None] = mapped_column(String(32))
     notify_to: Mapped[str | None] = mapped_column(Text)
+    # what tpuq dropped from the submitter's environment (TPU variables it owns or clears)
+    env_dropped: Mapped[list[str] | None] = mapped_column(JSON)
     submitted_at: Mapped[float] = mapped_column(Double)
     updated_at: Mapped[float] = mapped_column(Double)
     ended_at: Mapped[float | None] = mapped_column(Double)
@@ -156,6 +158,8 @@ class Host(Base):
     slice_name: Mapped[str | None] = mapped_column(String(128))
     slice_worker: Mapped[int | None] = mapped_column(Integer)
     slice_type: Mapped[str | None] = mapped_column(String(32))
+    # chip count (or "*", the whole host) -> why this host does not offer it; NULL: all
+    unavailable: Mapped[dict[str, str] | None] = mapped_column(JSON)
 
 
 class Allocation(Base):

@@ -27,9 +27,10 @@ class Snapshot:
     now: float
     queued: list[Row[Any]] = field(default_factory=list)  # rows of QUEUED_COLUMNS
     # (name, tpu_type, chips, why it takes no work or None, (slice, worker, slice type)
-    # for a worker of a multi-host slice or None)
+    # for a worker of a multi-host slice or None, chip counts it does not offer)
     hosts: list[tuple[str, str | None, tuple[int, ...], str | None,
-                      tuple[str, int, str | None] | None]] = field(default_factory=list)
+                      tuple[str, int, str | None] | None, frozenset[int]]] = \
+        field(default_factory=list)
     used: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
     # team -> (chips running, {tpu_type: chips}, {user: chips})
     team_running: dict[str, tuple[int, dict[str, int], dict[str, int]]] = \
@@ -52,7 +53,7 @@ QUEUED_COLUMNS = tuple(JOBS.c[n] for n in (
     "attempt", "time_limit_s", "array_id", "array_throttle", "workers"))
 HOST_COLUMNS = tuple(cast(Table, Host.__table__).c[n] for n in (
     "name", "tpu_type", "chips", "heartbeat_at", "draining", "busy_reason", "stopped_at",
-    "slice_name", "slice_worker", "slice_type"))
+    "slice_name", "slice_worker", "slice_type", "unavailable"))
 
 
 def read(s: Session, host_stale_s: float, half_life_h: float,
@@ -72,7 +73,8 @@ def read(s: Session, host_stale_s: float, half_life_h: float,
         why = hosts.out_of_service(h, now, host_stale_s)
         member = None if h.slice_name is None else \
             (h.slice_name, h.slice_worker or 0, h.slice_type)
-        snap.hosts.append((h.name, h.tpu_type, tuple(h.chips), why, member))
+        snap.hosts.append((h.name, h.tpu_type, tuple(h.chips), why, member,
+                           hosts.withheld(h.unavailable)))
         if h.booked:
             snap.used[h.name].update(h.booked)
     if snap.queued:
