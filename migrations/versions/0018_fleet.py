@@ -32,6 +32,7 @@ def upgrade() -> None:
         sa.Column("spec", sa.JSON, nullable=False),
         sa.Column("applied_at", sa.Double, nullable=False),
         sa.Column("applied_by", sa.String(64)),
+        sa.Column("removed_at", sa.Double),
     )
     op.create_table(
         "fleet_members",

@@ -44,7 +44,7 @@ def make_client(endpoint: str) -> Any:
     if is_loopback_http(endpoint):
         from google.auth.credentials import AnonymousCredentials
 
-        creds = AnonymousCredentials()
+        creds = AnonymousCredentials()  # type: ignore[no-untyped-call]
     return tpu_v2.TpuClient(transport="rest", credentials=creds,
                             client_options={"api_endpoint": endpoint})
 

@@ -246,6 +246,8 @@ class FleetSlot(Base):
     spec: Mapped[dict[str, object]] = mapped_column(JSON)
     applied_at: Mapped[float] = mapped_column(Double)
     applied_by: Mapped[str | None] = mapped_column(String(64))
+    # removed from the file: kept until the controller deleted its VMs
+    removed_at: Mapped[float | None] = mapped_column(Double)
 
 
 class FleetMember(Base):

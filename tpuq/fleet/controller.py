@@ -1,0 +1,271 @@
+"""The fleet controller: one step reads the fleet, looks at the Cloud TPU API, decides per
+member (reconcile.py) and acts; `run` repeats it under the leader lease.
+
+Each member's step is recorded before its call is made (its generation, the id the call
+uses, a lost VM's hosts and requeued jobs), in a transaction that also renews the lease,
+so only the leader records and a restarted controller finds the call it may have made
+(the same id: 409, or the same queued-resource request id). Then the call, then its
+answer recorded. One member's failure never stops the others.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from sqlalchemy.orm import Session
+
+from tpuq.fleet import store
+from tpuq.fleet.port import ApiError, CreateRequest, NodeView, OpView, QueuedView, TpuApi
+from tpuq.fleet.reconcile import Call, Member, Policy, Seen, Step, after_call, decide
+from tpuq.fleet.spec import SlotSpec, host_prefix, node_id
+from tpuq.settings import Settings
+from tpuq.state import leader
+from tpuq.state.db import Database
+
+log = logging.getLogger("tpuq.fleet")
+ROLE = "fleet"
+LABEL = "tpuq-fleet"
+
+
+class NotLeader(Exception):
+    """The lease was lost mid-step: record nothing more, call nothing."""
+
+
+@dataclass
+class Boot:
+    """What a new VM is given in its metadata to join the deployment by itself
+    (workers/startup-script.sh reads these attributes)."""
+
+    script: str
+    database_url: str
+    broker_url: str
+    pip_spec: str = ""
+
+    def metadata(self, slot: str, idx: int) -> dict[str, str]:
+        md = {"startup-script": self.script, "tpuq-database-url": self.database_url,
+              "tpuq-broker-url": self.broker_url, "tpuq-host-prefix": host_prefix(slot, idx)}
+        if self.pip_spec:
+            md["tpuq-pip-spec"] = self.pip_spec
+        return md
+
+
+@dataclass
+class Observed:
+    nodes: dict[str, NodeView] = field(default_factory=dict)
+    queued: dict[str, QueuedView] = field(default_factory=dict)
+    failed: dict[tuple[str, str], str] = field(default_factory=dict)  # location -> error
+
+
+class Controller:
+    def __init__(self, db: Database, settings: Settings, api: TpuApi, boot: Boot, holder: str,
+                 *, rng: random.Random | None = None,
+                 on_requeue: Callable[[list[int]], None] = lambda ids: None,
+                 clock: Callable[[], float] | None = None) -> None:
+        self.db, self.settings, self.api, self.boot = db, settings, api, boot
+        self.holder = holder
+        self.rng = rng or random.Random()
+        self.on_requeue = on_requeue
+        # what `now` is for backoffs and join timeouts: the database clock (a test's fake
+        # API runs on its own clock and passes it)
+        self.clock = clock
+        self.policy = Policy(settings.fleet_backoff_s, settings.fleet_backoff_max_s,
+                             settings.fleet_join_s)
+        self.leading = False
+        self.calls = 0  # API calls that change something, made by this controller
+
+    # ---- leadership ------------------------------------------------------------------------
+    def keep_lease(self) -> bool:
+        with self.db.write() as s:
+            leading = leader.acquire(s, ROLE, self.holder, self.settings.leader_lease_s)
+        if leading != self.leading:
+            log.info("%s fleet leadership (%s)", "took" if leading else "lost", self.holder)
+        self.leading = leading
+        return leading
+
+    def resign(self) -> None:
+        if self.leading:
+            with self.db.write() as s:
+                leader.release(s, ROLE, self.holder)
+            self.leading = False
+
+    # ---- one step --------------------------------------------------------------------------
+    def step(self) -> int:
+        """Reconcile every member once; how many calls were made. Nothing unless leading."""
+        if not self.keep_lease():
+            return 0
+        with self.db.read() as s:
+            prefix = store.prefix(s) or "tpuq"
+            specs = store.specs(s)
+            members = store.members(s)
+        seen = self._observe(prefix, [sp for sp, _ in specs.values()])
+        made = 0
+        for m in members:
+            entry = specs.get(m.slot)
+            if entry is None:
+                continue
+            spec, removed = entry
+            try:
+                made += self._member(prefix, m, spec, removed, seen)
+            except NotLeader:
+                return made
+            except ApiError as e:
+                log.warning("%s/%d: %s", m.slot, m.idx, e.message)
+        made += self._orphans(prefix, members, specs, seen)
+        with self.db.write() as s:
+            store.drop_removed(s)
+        return made
+
+    def _observe(self, prefix: str, specs: Sequence[SlotSpec]) -> Observed:
+        seen = Observed()
+        places = {(sp.project, sp.zone): False for sp in specs}
+        for sp in specs:
+            places[(sp.project, sp.zone)] |= sp.queued
+        for (project, zone), queued in sorted(places.items()):
+            try:
+                for n in self.api.list_nodes(project, zone):
+                    if n.labels.get(LABEL) == prefix:
+                        seen.nodes[n.name] = n
+                if queued:
+                    for q in self.api.list_queued(project, zone):
+                        if q.labels.get(LABEL) == prefix:
+                            seen.queued[q.name] = q
+            except ApiError as e:
+                seen.failed[(project, zone)] = e.message
+        return seen
+
+    def _member(self, prefix: str, m: Member, spec: SlotSpec, removed: bool, seen: Observed) -> int:
+        if (spec.project, spec.zone) in seen.failed:
+            return 0  # cannot see it: decide nothing on a partial view
+        nid = node_id(prefix, m.slot, m.idx, m.generation)
+        op = self._operation(m) if m.op_name and m.phase == "creating" else None
+        node = seen.nodes.get(nid)
+        qr = seen.queued.get(nid) if spec.queued else None
+        joined = False
+        if node is not None and node.state == "READY":
+            with self.db.read() as s:
+                joined = store.joined(s, store.member_hosts(m, spec), self.settings.host_stale_s)
+        wanted = None if removed or m.idx >= spec.count else spec
+        t = self._now()
+        step = decide(m, wanted, Seen(node, qr, op, joined), t, self.policy)
+        self._record(m, step, spec, nid)
+        if step.call is None or step.call is Call.FORGET:
+            return 0
+        # the call is about the generation just recorded (a new one, after a deletion)
+        result = self._call(step.call, spec, step.member,
+                            node_id(prefix, m.slot, m.idx, step.member.generation), prefix)
+        with self.db.write() as s:
+            self._fence(s)
+            store.save(s, after_call(step.member, step.call, wanted, result, self._now(),
+                                     self.policy, self.rng.uniform(0.5, 1.0)))
+        return 1
+
+    def _now(self) -> float:
+        if self.clock is not None:
+            return self.clock()
+        with self.db.read() as s:
+            return store.now(s)
+
+    def _operation(self, m: Member) -> OpView | None:
+        try:
+            return self.api.operation(m.op_name or "")
+        except ApiError:
+            return None
+
+    def _record(self, m: Member, step: Step, spec: SlotSpec, nid: str) -> None:
+        requeued: list[int] = []
+        with self.db.write() as s:
+            self._fence(s)
+            if step.call is Call.FORGET:
+                store.forget(s, step.member)
+                return
+            store.save(s, step.member)
+            if step.vm_gone:
+                store.vm_gone(s, nid, step.vm_gone)
+            if step.lose:
+                requeued = store.lose_hosts(s, store.member_hosts(m, spec), step.lose,
+                                            retry_backoff_s=self.settings.retry_backoff_s)
+            if step.vm_up:
+                store.vm_up(s, nid, step.member, spec.chips)
+        if step.lose:
+            log.warning("%s/%d: %s: hosts lost, jobs requeued: %s", m.slot, m.idx, step.lose,
+                        requeued or "none")
+        if requeued:
+            self.on_requeue(requeued)
+
+    def _fence(self, s: Session) -> None:
+        if not leader.acquire(s, ROLE, self.holder, self.settings.leader_lease_s):
+            self.leading = False
+            raise NotLeader()
+
+    def _call(self, call: Call, spec: SlotSpec, m: Member, nid: str,
+              prefix: str) -> str | None | ApiError:
+        self.calls += 1
+        try:
+            if call is Call.CREATE:
+                labels = {**spec.labels, LABEL: prefix, "tpuq-slot": m.slot,
+                          "tpuq-index": str(m.idx), "tpuq-generation": str(m.generation)}
+                return self.api.create(CreateRequest(
+                    spec=spec, node_id=nid, labels=labels,
+                    metadata=self.boot.metadata(m.slot, m.idx),
+                    request_id=request_id(prefix, nid, "create")))
+            if call is Call.DELETE_QUEUED:
+                return self.api.delete_queued(spec.project, spec.zone, nid,
+                                              request_id(prefix, nid, "delete"))
+            return self.api.delete_node(spec.project, spec.zone, nid)
+        except ApiError as e:
+            log.warning("%s/%d: %s %s: %s", m.slot, m.idx, call, nid, e.message)
+            return e
+
+    def _orphans(self, prefix: str, members: Sequence[Member],
+                 specs: dict[str, tuple[SlotSpec, bool]], seen: Observed) -> int:
+        """Delete what carries this fleet's label and is no member's current VM: left by
+        an older generation or a removed member. Never two VMs for one slot."""
+        current = {node_id(prefix, m.slot, m.idx, m.generation) for m in members}
+        where = {m.slot: specs[m.slot][0] for m in members if m.slot in specs}
+        made = 0
+        for name, labels, state, queued in [
+                *[(n.name, n.labels, n.state, False) for n in seen.nodes.values()
+                  if not n.queued_resource],
+                *[(q.name, q.labels, q.state, True) for q in seen.queued.values()]]:
+            spec = where.get(labels.get("tpuq-slot", ""))
+            if name in current or state == "DELETING" or spec is None:
+                continue
+            if not self.keep_lease():
+                return made
+            self.calls += 1
+            made += 1
+            log.warning("deleting %s: this fleet's, and no slot's current VM", name)
+            try:
+                if queued:
+                    self.api.delete_queued(spec.project, spec.zone, name,
+                                           request_id(prefix, name, "delete"))
+                else:
+                    self.api.delete_node(spec.project, spec.zone, name)
+            except ApiError as e:
+                log.warning("deleting %s: %s", name, e.message)
+        return made
+
+    # ---- the loop --------------------------------------------------------------------------
+    def run(self, stop: Callable[[], bool]) -> None:
+        """Step every TPUQ_FLEET_POLL_S until `stop()`; a failed step is logged, never fatal."""
+        while not stop():
+            started = time.monotonic()
+            try:
+                self.step()
+            except Exception:  # noqa: BLE001 - the controller outlives any one failure
+                log.exception("fleet step failed")
+            wait = self.settings.fleet_poll_s - (time.monotonic() - started)
+            deadline = time.monotonic() + max(0.0, wait)
+            while not stop() and time.monotonic() < deadline:
+                time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+        self.resign()
+
+
+def request_id(prefix: str, nid: str, verb: str) -> str:
+    """The same UUID for every try of one call: the API makes the call once."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"tpuq-fleet:{prefix}:{nid}:{verb}"))
