@@ -105,7 +105,11 @@ class InProcessAdapter(BaseAdapter):
         pass
 
 
-def mount(client: Any, cloud: FakeCloud) -> None:
+def mount(client: Any, cloud: FakeCloud) -> InProcessAdapter:
     """Route a google-cloud-tpu REST client's requests (and its operations client's)
-    to `cloud` in-process."""
-    client.transport._session.mount("http://", InProcessAdapter(cloud))
+    to `cloud` in-process; the adapter's `cloud` may be swapped later."""
+    session = client.transport._session
+    adapter = InProcessAdapter(cloud)
+    session.mount("http://", adapter)
+    session.trust_env = False  # no proxy lookup in the environment per request
+    return adapter

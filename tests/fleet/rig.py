@@ -28,10 +28,17 @@ def slot(name: str = "v4", **kw: Any) -> fleet_spec.SlotSpec:
     return fleet_spec.SlotSpec(**{**base, **kw})
 
 
+_client: dict[str, Any] = {}
+
+
 def in_process_api(cloud: FakeCloud, timeout_s: float = 5.0) -> GoogleTpuApi:
-    api = GoogleTpuApi(make_client("http://127.0.0.1:9"), timeout_s=timeout_s)
-    mount(api.client, cloud)
-    return api
+    """The real client, answered by `cloud` in-process. One client for the whole run
+    (made once: building one reads credentials, environment and endpoints each time)."""
+    if "client" not in _client:
+        _client["client"] = make_client("http://127.0.0.1:9")
+        _client["adapter"] = mount(_client["client"], cloud)
+    _client["adapter"].cloud = cloud
+    return GoogleTpuApi(_client["client"], timeout_s=timeout_s)
 
 
 def controller(db: Database, cloud: FakeCloud, holder: str = "c1", seed: int = 0,

@@ -152,6 +152,8 @@ class Controller:
         wanted = None if removed or m.idx >= spec.count else spec
         t = self._now()
         step = decide(m, wanted, Seen(node, qr, op, joined), t, self.policy)
+        if step == Step(m):
+            return 0  # nothing changed, nothing to call: no write (most steps of most members)
         self._record(m, step, spec, nid)
         if step.call is None or step.call is Call.FORGET:
             return 0

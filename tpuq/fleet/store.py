@@ -10,7 +10,9 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import delete, select, update
+from typing import cast
+
+from sqlalchemy import Table, bindparam, delete, select, update
 from sqlalchemy.orm import Session
 
 from tpuq.fleet.reconcile import Member
@@ -104,11 +106,17 @@ def members(s: Session) -> list[Member]:
     return [Member(**{f: getattr(r, f) for f in MEMBER_FIELDS}) for r in rows]
 
 
+MEMBERS = cast(Table, FleetMember.__table__)
+# one statement, built once (Core: the ORM's bulk update machinery cost more than the write)
+_SAVE = update(MEMBERS).where(MEMBERS.c.slot == bindparam("k_slot"),
+                              MEMBERS.c.idx == bindparam("k_idx")) \
+    .values({**{f: bindparam(f) for f in MEMBER_FIELDS if f not in ("slot", "idx")},
+             "updated_at": db_now()})
+
+
 def save(s: Session, m: Member) -> None:
     values = {f: getattr(m, f) for f in MEMBER_FIELDS}
-    changed = s.execute(update(FleetMember)
-                        .where(FleetMember.slot == m.slot, FleetMember.idx == m.idx)
-                        .values(**values, updated_at=db_now()))
+    changed = s.execute(_SAVE, {**values, "k_slot": m.slot, "k_idx": m.idx})
     if not rows_changed(changed):
         s.add(FleetMember(**values, updated_at=now(s)))
         s.flush()
