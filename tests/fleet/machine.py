@@ -18,12 +18,14 @@ import tempfile
 from typing import Any
 
 from hypothesis import strategies as st
-from sqlalchemy import delete
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from sqlalchemy import delete
 
 from tests.fakes.tpu_api import FakeCloud
 from tests.fleet import rig
+from tests.fleet.memory import MemoryRecords
 from tpuq.fleet.port import CreateRequest, TpuApi
+from tpuq.fleet.spec import FleetFile
 from tpuq.state.db import Database
 from tpuq.state.models import FleetMember, FleetSlot, FleetVm, Host, Leader, Meta
 
@@ -72,19 +74,38 @@ def fresh_database() -> Database:
     return db
 
 
+# the whole stack (SQLite, the google-cloud-tpu client in-process) instead of records in
+# memory and the fake called directly: bench/fleet.py --real
+REAL = os.environ.get("TPUQ_FLEET_REAL") == "1"
+
+
 class FleetMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.db = fresh_database()
         self.cloud = FakeCloud()
         self.cloud.faults.create_s = 20.0
         self.restarts = 0
-        self.controller = rig.controller(self.db, self.cloud, seed=0)
+        if REAL:
+            self.db = fresh_database()
+        else:
+            self.records = MemoryRecords()
+        self.controller = self.new_controller(0)
         self.spot_count = SPOT.count
+
+    def new_controller(self, seed: int) -> Any:
+        if REAL:
+            return rig.controller(self.db, self.cloud, seed=seed)
+        return rig.memory_controller(self.records, self.cloud, seed=seed)
+
+    def apply(self, *slots: Any) -> None:
+        if REAL:
+            rig.apply(self.db, *slots)
+        else:
+            self.records.apply(FleetFile("tpuq", tuple(slots)))
 
     @initialize()
     def declare(self) -> None:
-        rig.apply(self.db, SPOT, QUEUED)
+        self.apply(SPOT, QUEUED)
 
     # ---- what happens ----------------------------------------------------------------------
     @rule(dt=st.sampled_from([1.0, 5.0, 20.0, 60.0, 300.0]))
@@ -112,7 +133,7 @@ class FleetMachine(RuleBasedStateMachine):
     @rule(count=st.integers(0, 3))
     def rescale(self, count: int) -> None:
         self.spot_count = count
-        rig.apply(self.db, rig.replace(SPOT, count=count), QUEUED)
+        self.apply(rig.replace(SPOT, count=count), QUEUED)
 
     @rule(when=st.sampled_from(["restart", "before", "after"]))
     def restart(self, when: str) -> None:
@@ -125,7 +146,7 @@ class FleetMachine(RuleBasedStateMachine):
             except Crash:
                 pass
         self.restarts += 1
-        self.controller = rig.controller(self.db, self.cloud, seed=self.restarts)
+        self.controller = self.new_controller(self.restarts)
 
     # ---- what must hold --------------------------------------------------------------------
     @invariant()
@@ -152,7 +173,7 @@ class FleetMachine(RuleBasedStateMachine):
         """Capacity exists from now on: within a bounded number of steps every declared
         slot is READY and nothing dead is left."""
         self.cloud.faults = type(self.cloud.faults)(create_s=20.0)
-        self.controller = rig.controller(self.db, self.cloud, seed=99)
+        self.controller = self.new_controller(99)
         for _ in range(40):
             self.controller.step()
             self.cloud.advance(700.0)  # past the longest backoff (FAST: 600 s)
@@ -172,9 +193,10 @@ class FleetMachine(RuleBasedStateMachine):
             and all(v["state"]["state"] == "ACTIVE" for v in queued.values())
 
     def describe(self) -> str:
-        return (f"nodes {[(k.rsplit('/', 1)[1], v['state']) for k, v in self.cloud.nodes.items()]}"
-                f" queued {[(k.rsplit('/', 1)[1], v['state']['state']) for k, v in self.cloud.queued.items()]}"
-                f" members {rig.members(self.db)}")
+        nodes = [(k.rsplit("/", 1)[1], v["state"]) for k, v in self.cloud.nodes.items()]
+        queued = [(k.rsplit("/", 1)[1], v["state"]["state"]) for k, v in self.cloud.queued.items()]
+        members = rig.members(self.db) if REAL else self.records.members
+        return f"nodes {nodes} queued {queued} members {members}"
 
 
 

@@ -9,10 +9,12 @@ from typing import Any
 
 from tests.fakes.tpu_api import FakeCloud
 from tests.fakes.tpu_http import mount
+from tests.fleet.memory import DirectApi, MemoryRecords
 from tpuq.fleet import spec as fleet_spec
 from tpuq.fleet import store
 from tpuq.fleet.controller import Boot, Controller
 from tpuq.fleet.gcp import GoogleTpuApi, make_client
+from tpuq.fleet.records import DbRecords
 from tpuq.settings import Settings
 from tpuq.state.db import Database
 
@@ -43,8 +45,15 @@ def in_process_api(cloud: FakeCloud, timeout_s: float = 5.0) -> GoogleTpuApi:
 
 def controller(db: Database, cloud: FakeCloud, holder: str = "c1", seed: int = 0,
                settings: Settings = FAST) -> Controller:
-    return Controller(db, settings, in_process_api(cloud), BOOT, holder,
+    """A controller on the database, through the real client, on the fake's clock."""
+    return Controller(DbRecords(db, settings, holder), settings, in_process_api(cloud), BOOT,
                       rng=random.Random(seed), clock=lambda: cloud.now)
+
+
+def memory_controller(records: MemoryRecords, cloud: FakeCloud, seed: int = 0) -> Controller:
+    """The same step on records in memory and the fake called directly."""
+    return Controller(records, FAST, DirectApi(cloud), BOOT, rng=random.Random(seed),
+                      clock=lambda: cloud.now)
 
 
 def apply(db: Database, *slots: fleet_spec.SlotSpec, prefix: str = "tpuq") -> store.Applied:

@@ -17,24 +17,14 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from sqlalchemy.orm import Session
-
-from tpuq.fleet import store
 from tpuq.fleet.port import ApiError, CreateRequest, NodeView, OpView, QueuedView, TpuApi
 from tpuq.fleet.reconcile import Call, Member, Policy, Seen, Step, after_call, decide
-from tpuq.fleet.spec import SlotSpec, host_prefix, node_id
+from tpuq.fleet.records import NotLeader, Records
+from tpuq.fleet.spec import SlotSpec, host_names, host_prefix, node_id
 from tpuq.settings import Settings
-from tpuq.state import leader
-from tpuq.state.db import Database
 
 log = logging.getLogger("tpuq.fleet")
-ROLE = "fleet"
 LABEL = "tpuq-fleet"
-
-
-class NotLeader(Exception):
-    """The lease was lost mid-step: record nothing more, call nothing."""
-
 
 @dataclass
 class Boot:
@@ -62,17 +52,16 @@ class Observed:
 
 
 class Controller:
-    def __init__(self, db: Database, settings: Settings, api: TpuApi, boot: Boot, holder: str,
-                 *, rng: random.Random | None = None,
+    def __init__(self, records: Records, settings: Settings, api: TpuApi, boot: Boot, *,
+                 rng: random.Random | None = None,
                  on_requeue: Callable[[list[int]], None] = lambda ids: None,
                  clock: Callable[[], float] | None = None) -> None:
-        self.db, self.settings, self.api, self.boot = db, settings, api, boot
-        self.holder = holder
+        self.records, self.settings, self.api, self.boot = records, settings, api, boot
         self.rng = rng or random.Random()
         self.on_requeue = on_requeue
         # what `now` is for backoffs and join timeouts: the database clock (a test's fake
         # API runs on its own clock and passes it)
-        self.clock = clock
+        self.clock = clock or records.now
         self.policy = Policy(settings.fleet_backoff_s, settings.fleet_backoff_max_s,
                              settings.fleet_join_s)
         self.leading = False
@@ -80,17 +69,15 @@ class Controller:
 
     # ---- leadership ------------------------------------------------------------------------
     def keep_lease(self) -> bool:
-        with self.db.write() as s:
-            leading = leader.acquire(s, ROLE, self.holder, self.settings.leader_lease_s)
+        leading = self.records.keep_lease()
         if leading != self.leading:
-            log.info("%s fleet leadership (%s)", "took" if leading else "lost", self.holder)
+            log.info("%s fleet leadership", "took" if leading else "lost")
         self.leading = leading
         return leading
 
     def resign(self) -> None:
         if self.leading:
-            with self.db.write() as s:
-                leader.release(s, ROLE, self.holder)
+            self.records.resign()
             self.leading = False
 
     # ---- one step --------------------------------------------------------------------------
@@ -98,10 +85,7 @@ class Controller:
         """Reconcile every member once; how many calls were made. Nothing unless leading."""
         if not self.keep_lease():
             return 0
-        with self.db.read() as s:
-            prefix = store.prefix(s) or "tpuq"
-            specs = store.specs(s)
-            members = store.members(s)
+        prefix, specs, members = self.records.load()
         seen = self._observe(prefix, [sp for sp, _ in specs.values()])
         made = 0
         for m in members:
@@ -112,12 +96,11 @@ class Controller:
             try:
                 made += self._member(prefix, m, spec, removed, seen)
             except NotLeader:
+                self.leading = False
                 return made
-            except ApiError as e:
-                log.warning("%s/%d: %s", m.slot, m.idx, e.message)
         made += self._orphans(prefix, members, specs, seen)
-        with self.db.write() as s:
-            store.drop_removed(s)
+        if any(removed for _, removed in specs.values()):
+            self.records.drop_removed()
         return made
 
     def _observe(self, prefix: str, specs: Sequence[SlotSpec]) -> Observed:
@@ -138,71 +121,42 @@ class Controller:
                 seen.failed[(project, zone)] = e.message
         return seen
 
-    def _member(self, prefix: str, m: Member, spec: SlotSpec, removed: bool, seen: Observed) -> int:
+    def _member(self, prefix: str, m: Member, spec: SlotSpec, removed: bool,
+                seen: Observed) -> int:
         if (spec.project, spec.zone) in seen.failed:
             return 0  # cannot see it: decide nothing on a partial view
         nid = node_id(prefix, m.slot, m.idx, m.generation)
         op = self._operation(m) if m.op_name and m.phase == "creating" else None
         node = seen.nodes.get(nid)
         qr = seen.queued.get(nid) if spec.queued else None
-        joined = False
-        if node is not None and node.state == "READY":
-            with self.db.read() as s:
-                joined = store.joined(s, store.member_hosts(m, spec), self.settings.host_stale_s)
+        hosts = host_names(m.slot, m.idx, spec.hosts)
+        joined = node is not None and node.state == "READY" and self.records.joined(hosts)
         wanted = None if removed or m.idx >= spec.count else spec
-        t = self._now()
-        step = decide(m, wanted, Seen(node, qr, op, joined), t, self.policy)
+        stale = any(v.labels.get("tpuq-slot") == m.slot and v.labels.get("tpuq-index") == str(m.idx)
+                    and v.name != nid for v in (*seen.nodes.values(), *seen.queued.values()))
+        step = decide(m, wanted, Seen(node, qr, op, joined, stale), self.clock(), self.policy)
         if step == Step(m):
             return 0  # nothing changed, nothing to call: no write (most steps of most members)
-        self._record(m, step, spec, nid)
-        if step.call is None or step.call is Call.FORGET:
+        requeued = self.records.record(m, step, hosts, nid, spec.chips)
+        if step.lose:
+            log.warning("%s/%d: %s: hosts lost, jobs requeued: %s", m.slot, m.idx, step.lose,
+                        requeued or "none")
+        if requeued:
+            self.on_requeue(requeued)
+        if step.call is None:
             return 0
         # the call is about the generation just recorded (a new one, after a deletion)
         result = self._call(step.call, spec, step.member,
                             node_id(prefix, m.slot, m.idx, step.member.generation), prefix)
-        with self.db.write() as s:
-            self._fence(s)
-            store.save(s, after_call(step.member, step.call, wanted, result, self._now(),
+        self.records.save(after_call(step.member, step.call, wanted, result, self.clock(),
                                      self.policy, self.rng.uniform(0.5, 1.0)))
         return 1
-
-    def _now(self) -> float:
-        if self.clock is not None:
-            return self.clock()
-        with self.db.read() as s:
-            return store.now(s)
 
     def _operation(self, m: Member) -> OpView | None:
         try:
             return self.api.operation(m.op_name or "")
         except ApiError:
             return None
-
-    def _record(self, m: Member, step: Step, spec: SlotSpec, nid: str) -> None:
-        requeued: list[int] = []
-        with self.db.write() as s:
-            self._fence(s)
-            if step.call is Call.FORGET:
-                store.forget(s, step.member)
-                return
-            store.save(s, step.member)
-            if step.vm_gone:
-                store.vm_gone(s, nid, step.vm_gone)
-            if step.lose:
-                requeued = store.lose_hosts(s, store.member_hosts(m, spec), step.lose,
-                                            retry_backoff_s=self.settings.retry_backoff_s)
-            if step.vm_up:
-                store.vm_up(s, nid, step.member, spec.chips)
-        if step.lose:
-            log.warning("%s/%d: %s: hosts lost, jobs requeued: %s", m.slot, m.idx, step.lose,
-                        requeued or "none")
-        if requeued:
-            self.on_requeue(requeued)
-
-    def _fence(self, s: Session) -> None:
-        if not leader.acquire(s, ROLE, self.holder, self.settings.leader_lease_s):
-            self.leading = False
-            raise NotLeader()
 
     def _call(self, call: Call, spec: SlotSpec, m: Member, nid: str,
               prefix: str) -> str | None | ApiError:

@@ -51,7 +51,6 @@ class Call(str, Enum):
     CREATE = "create"
     DELETE_NODE = "delete node"
     DELETE_QUEUED = "delete queued resource"
-    FORGET = "forget"  # a removed slot's member with nothing left: drop its record
 
     def __str__(self) -> str:
         return self.value
@@ -65,6 +64,9 @@ class Seen:
     queued: QueuedView | None = None
     op: OpView | None = None  # its pending operation, when it has one and it was read
     joined: bool = False  # every host of it registered (and not lost) in the hosts table
+    # a node or queued resource of another generation of this member still exists (an
+    # orphan, being deleted): no new one is made until it is gone
+    stale: bool = False
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,8 @@ def _waiting(m: Member, spec: SlotSpec, seen: Seen, now: float) -> Step:
         return Step(_with(m, phase="creating"))
     if m.next_try_at is not None and now < m.next_try_at:
         return Step(m)
+    if seen.stale:
+        return Step(_with(m, waiting_for="deletion of an older VM of this slot"))
     return Step(_with(m, phase="creating", op_name=None, tries=m.tries + 1,
                       creates=m.creates + 1), Call.CREATE)
 
@@ -177,10 +181,12 @@ def _nothing(m: Member, spec: SlotSpec, seen: Seen, now: float, p: Policy) -> St
                         spec, now, p)
     if m.op_name is not None and (op is None or not op.done):
         return Step(_with(m, waiting_for=_in("the VM to be created", spec)))
-    if m.op_name is not None:  # made, and gone before it was seen READY
-        return _next(m, now, "VM gone before it served", spec)
-    # no create on record (a restart between recording and calling): ask again
-    return _waiting(_with(m, phase="waiting", next_try_at=None), spec, seen, now)
+    if m.op_name is not None or m.node_state is not None or m.queued_state is not None:
+        return _next(m, now, "VM gone before it served", spec)  # made, and gone
+    # a create with no answer on record (the controller died around its call): whether it
+    # made something is unknown, so its id is not used again
+    return _waiting(_with(m, phase="waiting", next_try_at=None, generation=m.generation + 1),
+                    spec, seen, now)
 
 
 def _deleting(m: Member, seen: Seen, now: float, p: Policy) -> Step:
@@ -201,9 +207,24 @@ def _deleting(m: Member, seen: Seen, now: float, p: Policy) -> Step:
     return Step(m, Call.DELETE_QUEUED if qr is not None else Call.DELETE_NODE)
 
 
+RETIRED = "nothing: removed from the fleet"
+
+
+def retired(m: Member) -> bool:
+    """Removed, and nothing of it is left. The record stays: if its slot is declared
+    again, its next VM takes a generation (an id) never used before."""
+    return m.phase == "waiting" and m.waiting_for == RETIRED
+
+
 def _retire(m: Member, seen: Seen, now: float, p: Policy) -> Step:
     if seen.node is None and seen.queued is None and m.phase in ("waiting", "deleting"):
-        return Step(m, Call.FORGET)
+        if retired(m):
+            return Step(m)
+        used = m.phase == "deleting" or m.creates > 0
+        return Step(_with(m, phase="waiting", generation=m.generation + int(used),
+                          op_name=None, waiting_for=RETIRED, tries=0, next_try_at=None,
+                          error_kind=None, node_state=None, health=None, queued_state=None,
+                          ready_at=None, joined_at=None, since=now))
     if m.phase != "deleting":
         step = Step(_with(m, phase="deleting", waiting_for="removal from the fleet", since=now),
                     lose="its slot was removed from the fleet",
@@ -251,8 +272,11 @@ def after_call(m: Member, call: Call, spec: SlotSpec | None, result: str | None 
     if call is Call.CREATE and result.kind is ErrorKind.EXISTS:
         return _with(m, phase="creating")  # made by an earlier try: watch it
     if call is Call.CREATE and spec is not None:
-        return _backoff(_with(m, phase="waiting"), result.kind, result.message, spec, now, p,
-                        jitter).member
+        # no answer (a timeout, a dropped connection): it may have made the VM, so the next
+        # try takes a new id, and waits for whatever the old one made to be deleted
+        unknown = result.kind is ErrorKind.TRANSIENT
+        return _backoff(_with(m, phase="waiting", generation=m.generation + int(unknown)),
+                        result.kind, result.message, spec, now, p, jitter).member
     # a delete that failed is tried again after a backoff, never in a tight loop
     delay = backoff_s(ErrorKind.TRANSIENT, max(1, m.tries), p) * jitter
     return _with(m, next_try_at=now + delay, tries=m.tries + 1,

@@ -9,13 +9,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-
 from typing import cast
 
 from sqlalchemy import Table, bindparam, delete, select, update
 from sqlalchemy.orm import Session
 
-from tpuq.fleet.reconcile import Member
+from tpuq.fleet.reconcile import RETIRED, Member
 from tpuq.fleet.spec import FleetFile, SlotSpec, host_names
 from tpuq.state import attempts, gangs, hosts
 from tpuq.state.clock import db_now
@@ -94,8 +93,9 @@ def specs(s: Session) -> dict[str, tuple[SlotSpec, bool]]:
 
 
 def drop_removed(s: Session) -> None:
-    """Removed slots whose every member is gone."""
-    left = select(FleetMember.slot).distinct()
+    """Removed slots whose every member is retired (their records stay: reconcile.retired)."""
+    left = select(FleetMember.slot).where(
+        (FleetMember.phase != "waiting") | FleetMember.waiting_for.is_distinct_from(RETIRED))
     s.execute(delete(FleetSlot).where(FleetSlot.removed_at.is_not(None),
                                       FleetSlot.name.not_in(left)))
 
@@ -120,10 +120,6 @@ def save(s: Session, m: Member) -> None:
     if not rows_changed(changed):
         s.add(FleetMember(**values, updated_at=now(s)))
         s.flush()
-
-
-def forget(s: Session, m: Member) -> None:
-    s.execute(delete(FleetMember).where(FleetMember.slot == m.slot, FleetMember.idx == m.idx))
 
 
 # ---- hosts and their jobs ----------------------------------------------------------------
