@@ -57,6 +57,7 @@ class Controller:
                  on_requeue: Callable[[list[int]], None] = lambda ids: None,
                  clock: Callable[[], float] | None = None) -> None:
         self.records, self.settings, self.api, self.boot = records, settings, api, boot
+        self.holder: str = getattr(records, "holder", "")
         self.rng = rng or random.Random()
         self.on_requeue = on_requeue
         # what `now` is for backoffs and join timeouts: the database clock (a test's fake
@@ -132,8 +133,9 @@ class Controller:
         hosts = host_names(m.slot, m.idx, spec.hosts)
         joined = node is not None and node.state == "READY" and self.records.joined(hosts)
         wanted = None if removed or m.idx >= spec.count else spec
-        stale = any(v.labels.get("tpuq-slot") == m.slot and v.labels.get("tpuq-index") == str(m.idx)
-                    and v.name != nid for v in (*seen.nodes.values(), *seen.queued.values()))
+        others: list[NodeView | QueuedView] = [*seen.nodes.values(), *seen.queued.values()]
+        stale = any(v.labels.get("tpuq-slot") == m.slot and v.name != nid
+                    and v.labels.get("tpuq-index") == str(m.idx) for v in others)
         step = decide(m, wanted, Seen(node, qr, op, joined, stale), self.clock(), self.policy)
         if step == Step(m):
             return 0  # nothing changed, nothing to call: no write (most steps of most members)
