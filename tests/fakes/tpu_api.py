@@ -123,7 +123,7 @@ class FakeCloud:
             if name is None:
                 return False
             self._set_qr(name, "SUSPENDED", "suspendedData", {})
-            for n, node in list(self.nodes.items()):
+            for node in list(self.nodes.values()):
                 if node.get("queuedResource") == name and node["state"] == "READY":
                     node["state"] = "PREEMPTED"
                     self.on_gone(node)
