@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -72,8 +71,11 @@ class Counters:
 
 
 class FakeCloud:
-    def __init__(self, now: float = 1_800_000_000.0) -> None:
-        self.now = now
+    def __init__(self, now: float = 1_800_000_000.0,
+                 clock: Callable[[], float] | None = None) -> None:
+        """`clock`: follow it (time.time for end-to-end tests) instead of `advance`."""
+        self.clock = clock
+        self.now = clock() if clock else now
         self.faults = Faults()
         self.count = Counters()
         self.nodes: dict[str, dict[str, Any]] = {}  # resource name -> REST Node
@@ -273,6 +275,8 @@ class FakeCloud:
     # ---- time ------------------------------------------------------------------------------
     def settle(self) -> None:
         """Apply every step that is due by `now`."""
+        if self.clock is not None:
+            self.now = self.clock()
         for node_id, at in list(self.faults.preempt_at.items()):
             if at <= self.now and self.preempt(node_id):
                 del self.faults.preempt_at[node_id]
@@ -356,7 +360,3 @@ class FakeCloud:
     def _node_named(self, node_id: str) -> str | None:
         return next((n for n in self.nodes if n.endswith(f"/nodes/{node_id}")), None)
 
-
-def real_clock(cloud: FakeCloud) -> None:
-    """Run the fake on wall time (end-to-end tests): its clock follows time.time()."""
-    cloud.now = time.time()
