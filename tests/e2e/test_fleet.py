@@ -14,20 +14,18 @@ would do the same).
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
 import time
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.e2e.conftest import TRAIN_ARGS
 from tests.fakes.tpu_api import FakeCloud
 from tests.fakes.tpu_http import FakeTpuServer
-from tests.harness import ROOT, TPUQ, AgentProc, FakeHost, step_delay, wait_for
+from tests.fleet.vms import Vms
+from tests.harness import ROOT, TPUQ, step_delay, wait_for
 
 FLEET = """
 [[slot]]
@@ -39,44 +37,6 @@ zone = "us-central2-b"
 capacity = "spot"
 count = 1
 """
-
-
-class Vms:
-    """The fake's VMs: an agent process per READY node, killed with everything it runs
-    when the node is preempted or deleted."""
-
-    def __init__(self, stack: Any, root: Path) -> None:
-        self.stack, self.root = stack, root
-        self.booted: list[AgentProc] = []
-
-    def boot(self, node: dict[str, Any]) -> None:
-        md = node["metadata"]
-        host = FakeHost(self.root, name=f"{md['tpuq-host-prefix']}-w0")
-        host.reboot()  # a new VM: a new boot, a new machine
-        host.machine_id_file.write_text(os.urandom(16).hex() + "\n")
-        agent = AgentProc(self.stack, host, {
-            "TPUQ_DATABASE_URL": md["tpuq-database-url"],
-            "TPUQ_BROKER_URL": md["tpuq-broker-url"], "TPUQ_HOME": str(self.root / "home"),
-            # long: a lease expiry must not be what requeues the job
-            "TPUQ_LEASE_S": "600"})
-        agent.start(wait=False)  # called by the fake, under its lock: never block there
-        self.stack.agents.append(agent)
-        self.booted.append(agent)
-
-    def power_off(self, node: dict[str, Any]) -> None:
-        """Everything on the VM dies at once: agent, keepers, jobs."""
-        agent = self.booted[-1]
-        agent.kill()
-        self.stack.kill_keepers()
-        with self.stack.db.read() as s:
-            from tpuq.state.models import Attempt
-
-            pids = [a.pid for a in s.query(Attempt) if a.pid and a.ended_at is None]
-        for pid in pids:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 @pytest.mark.team
