@@ -103,3 +103,25 @@ def test_two_controllers_never_both_act(db: Database) -> None:
         cloud.advance(10)
     assert (a.calls > 0) != (b.calls > 0)
     assert all(n == 1 for n in cloud.count.creates.values())
+
+
+def test_when_the_leader_dies_another_takes_over_within_a_lease(db: Database) -> None:
+    from dataclasses import replace
+
+    from tests.harness import wait_for
+
+    quick = replace(rig.FAST, leader_lease_s=1.0)
+    cloud = FakeCloud()
+    rig.apply(db, rig.slot(count=1))
+    a = rig.controller(db, cloud, "a", settings=quick)
+    b = rig.controller(db, cloud, "b", settings=quick)
+    a.step()
+    assert a.leading and a.calls == 1
+    assert b.step() == 0 and not b.leading
+    # `a` dies without a word: `b` leads once the lease has run out, not before
+    wait_for(lambda: b.keep_lease(), 10, "b to take the lease over")
+    cloud.advance(10)
+    b.step()
+    assert rig.members(db)[0].phase == "up"
+    assert cloud.count.creates == {"tpuq-v4-0-g1": 1}
+    assert a.step() == 0 and not a.leading
