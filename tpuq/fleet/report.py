@@ -8,12 +8,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from tpuq.fleet import store
 from tpuq.fleet.reconcile import Member, retired
 from tpuq.fleet.spec import SlotSpec, host_names, node_id
 from tpuq.state import leader
+from tpuq.state.models import FleetMember
 
 ROLE = "fleet"
 
@@ -60,5 +62,8 @@ def view(s: Session) -> dict[str, Any]:
 
 
 def waiting_lines(s: Session) -> list[str]:
-    """The lines of members not ready, for `tpuq status` (empty without a fleet)."""
+    """The lines of members not ready, for `tpuq status` (empty without a fleet: then one
+    query, on every `tpuq status`)."""
+    if s.scalar(select(FleetMember.slot).limit(1)) is None:
+        return []
     return [m["line"] for m in view(s)["members"] if not m["ready"]]
