@@ -45,6 +45,12 @@ def apply(file: str, dry_run: bool) -> None:
             done = store.apply(s, declared, cfg.user_name)
     except ValueError as e:
         raise UserError(str(e)) from None
+    except Exception as e:
+        # PostgreSQL's row security: only admins change the declared slots (migration 0018)
+        if "row-level security" in str(e) or "permission denied" in str(e):
+            raise UserError(f"{cfg.user_name} may not change the fleet: admins only "
+                            "(`tpuq admin add NAME`)") from None
+        raise
     for word, names in (("added", done.added), ("changed", done.changed),
                         ("removed (its VMs will be deleted)", done.removed),
                         ("unchanged", done.kept)):
