@@ -78,8 +78,8 @@ class MemoryRecords:
         if (m.slot, m.idx) in self.members:
             self.members[(m.slot, m.idx)] = m
 
-    def drop_removed(self) -> None:
-        left = {slot for (slot, _), m in self.members.items() if not retired(m)}
+    def drop_removed(self, keep: set[str]) -> None:
+        left = {slot for (slot, _), m in self.members.items() if not retired(m)} | keep
         self.specs = {n: v for n, v in self.specs.items() if not v[1] or n in left}
 
     def now(self) -> float:

@@ -35,6 +35,16 @@ def test_a_declared_slot_is_made_once_and_is_ready(db: Database) -> None:
     ms = rig.members(db)
     assert [m.phase for m in ms] == ["up", "up"]
     assert ms[0].waiting_for == "its agent to register"
+    # what the VM was asked to be, and what it is given to join by itself
+    node = cloud.nodes["projects/proj/locations/us-central2-b/nodes/tpuq-v4-1-g1"]
+    assert node["schedulingConfig"] == {"spot": True}
+    assert (node["acceleratorType"], node["runtimeVersion"]) == ("v4-8", "tpu-ubuntu2204-base")
+    assert node["labels"] == {"tpuq-fleet": "tpuq", "tpuq-slot": "v4", "tpuq-index": "1",
+                              "tpuq-generation": "1"}
+    md = node["metadata"]
+    assert md["startup-script"] == rig.BOOT.script
+    assert (md["tpuq-host-prefix"], md["tpuq-database-url"], md["tpuq-broker-url"]) == \
+        ("v4-1", "postgresql://db", "redis://broker")
 
 
 def test_a_stockout_is_a_reason_with_backoff_not_a_loop(db: Database) -> None:

@@ -101,7 +101,11 @@ class Controller:
                 return made
         made += self._orphans(prefix, members, specs, seen)
         if any(removed for _, removed in specs.values()):
-            self.records.drop_removed()
+            # a removed slot's spec is kept while anything of it is listed: it says where
+            # to delete it from
+            views: list[NodeView | QueuedView] = [*seen.nodes.values(), *seen.queued.values()]
+            listed = {v.labels.get("tpuq-slot", "") for v in views}
+            self.records.drop_removed(keep=listed)
         return made
 
     def _observe(self, prefix: str, specs: Sequence[SlotSpec]) -> Observed:

@@ -45,7 +45,9 @@ class Records(Protocol):
         """The member once its call answered; NotLeader when the lease is gone."""
         ...
 
-    def drop_removed(self) -> None: ...
+    def drop_removed(self, keep: set[str]) -> None:
+        """Forget removed slots whose members are all retired, but those in `keep`."""
+        ...
 
     def now(self) -> float: ...
 
@@ -91,9 +93,9 @@ class DbRecords:
             self._fence(s)
             store.save(s, m)
 
-    def drop_removed(self) -> None:
+    def drop_removed(self, keep: set[str]) -> None:
         with self.db.write() as s:
-            store.drop_removed(s)
+            store.drop_removed(s, keep)
 
     def now(self) -> float:
         with self.db.read() as s:

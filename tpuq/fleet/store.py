@@ -92,12 +92,14 @@ def specs(s: Session) -> dict[str, tuple[SlotSpec, bool]]:
             for r in s.scalars(select(FleetSlot))}
 
 
-def drop_removed(s: Session) -> None:
-    """Removed slots whose every member is retired (their records stay: reconcile.retired)."""
+def drop_removed(s: Session, keep: set[str]) -> None:
+    """Removed slots whose every member is retired (their records stay: reconcile.retired),
+    but those in `keep`."""
     left = select(FleetMember.slot).where(
         (FleetMember.phase != "waiting") | FleetMember.waiting_for.is_distinct_from(RETIRED))
     s.execute(delete(FleetSlot).where(FleetSlot.removed_at.is_not(None),
-                                      FleetSlot.name.not_in(left)))
+                                      FleetSlot.name.not_in(left),
+                                      FleetSlot.name.not_in(sorted(keep))))
 
 
 # ---- members -----------------------------------------------------------------------------
