@@ -126,6 +126,9 @@ def _observed(m: Member, spec: SlotSpec, seen: Seen, now: float, p: Policy) -> S
                 "its queued resource being deleted (not by tpuq)" if v is Verdict.GOING
                 else f"queued resource in a state tpuq does not know ({qr.state})")
             return Step(_with(m, phase="creating", waiting_for=_in(words, spec)))
+        if v is Verdict.UP and node is None:  # its node was deleted under it
+            return _end(m, now, "VM gone (its queued resource ACTIVE without it)",
+                        Call.DELETE_QUEUED, None, spec)
     if node is None:
         return _nothing(m, spec, seen, now, p)
     return _node(m, spec, seen, node, now, p)
