@@ -65,3 +65,5 @@ def test_applied_slots_are_shown_with_what_each_vm_waits_for(fleet_stack, tmp_pa
     assert "fleet:" in queue and "v4-8 spot, slot 1: waiting for a first create" in queue
     again = fleet_stack.tpuq("fleet", "apply", str(f)).stdout
     assert "unchanged: v4" in again
+    usage = fleet_stack.tpuq("usage").stdout
+    assert "fleet (chip-hours of its VMs" in usage and "total" in usage

@@ -135,3 +135,34 @@ def test_when_the_leader_dies_another_takes_over_within_a_lease(db: Database) ->
     assert rig.members(db)[0].phase == "up"
     assert cloud.count.creates == {"tpuq-v4-0-g1": 1}
     assert a.step() == 0 and not a.leading
+
+
+def test_a_preemption_at_a_time_and_slow_creates(db: Database) -> None:
+    cloud = FakeCloud()
+    cloud.faults.create_s = 300.0  # a slow create: five minutes CREATING
+    rig.apply(db, rig.slot())
+    c = rig.controller(db, cloud)
+    run(c, cloud, 3, dt=60.0)
+    m = rig.members(db)[0]
+    assert (m.phase, m.waiting_for) == ("creating", "VM creating")
+    run(c, cloud, 4, dt=60.0)
+    assert rig.members(db)[0].phase == "up"
+    cloud.faults.preempt_at["tpuq-v4-0-g1"] = cloud.now + 90.0
+    run(c, cloud, 2, dt=60.0)
+    assert rig.members(db)[0].phase == "up"  # not yet
+    run(c, cloud, 2, dt=60.0)
+    assert rig.members(db)[0].generation == 2
+
+
+def test_api_errors_and_timeouts_make_no_decision_on_a_partial_view(db: Database) -> None:
+    cloud = FakeCloud()
+    rig.apply(db, rig.slot())
+    c = rig.controller(db, cloud)
+    cloud.faults.api_errors = 1  # the list call
+    c.step()
+    assert cloud.count.create_calls == 0 and rig.members(db)[0].phase == "waiting"
+    cloud.faults.timeouts = 1
+    c.step()
+    assert cloud.count.create_calls == 0
+    run(c, cloud, 3)
+    assert rig.members(db)[0].phase == "up"
