@@ -277,10 +277,19 @@ class ReadResult(Request):
     offset: int = 0
 
 
+class FleetReport(Request):
+    """The fleet's slots, each VM's state and its costs since `since` (`tpuq fleet
+    status`, `tpuq usage`)."""
+
+    OP: ClassVar[str] = "fleet"
+    since: float | None = None
+    until: float | None = None
+
+
 REQUESTS: dict[str, type[Request]] = {cls.OP: cls for cls in (
     Ping, Wake, WhoAmI, Submit, ListJobs, ShowJob, ReadLog, Control, Resubmit, Drain,
     ForgetHost, History, Update, QuotaReport, QuotaSet, Membership, AdminSet, CleanTpu,
-    ReadResult)}
+    ReadResult, FleetReport)}
 
 
 # ---- replies ---------------------------------------------------------------------------------
@@ -322,6 +331,8 @@ class JobList(Reply):
     jobs: list[dict[str, Any]] = []
     hosts: list[dict[str, Any]] = []
     now: float = 0.0
+    # what the fleet's VMs wait for, one line each (empty without a fleet)
+    fleet: list[str] = []
 
 
 class JobDetail(Reply):
@@ -400,9 +411,18 @@ class Refusal(Reply):
     error: str = ""
 
 
+class FleetView(Reply):
+    """tpuq/fleet/report.py's view (`slots`, `members`, `controller`, `now`) and the
+    chip-hours of tpuq/fleet/costs.py (`costs`)."""
+
+    NAME: ClassVar[str] = "fleet"
+    view: dict[str, Any] = {}
+    costs: list[dict[str, Any]] = []
+
+
 REPLIES: dict[str, type[Reply]] = {cls.NAME: cls for cls in (
     Pong, Done, Identity, Submitted, JobList, JobDetail, LogChunk, Results, Rows, TpuCleaned,
-    ResultChunk, Refusal)}
+    ResultChunk, Refusal, FleetView)}
 
 
 # ---- encoding ---------------------------------------------------------------------------------

@@ -66,6 +66,14 @@ ENV: dict[str, str] = {
     "probe_command": "TPUQ_PROBE_COMMAND",
     "probe_timeout_s": "TPUQ_PROBE_TIMEOUT_S",
     "thp_file": "TPUQ_THP_FILE",
+    "tpu_api_endpoint": "TPUQ_TPU_API_ENDPOINT",
+    "fleet_poll_s": "TPUQ_FLEET_POLL_S",
+    "fleet_backoff_s": "TPUQ_FLEET_BACKOFF_S",
+    "fleet_backoff_max_s": "TPUQ_FLEET_BACKOFF_MAX_S",
+    "fleet_join_s": "TPUQ_FLEET_JOIN_S",
+    "fleet_agent_database_url": "TPUQ_FLEET_AGENT_DATABASE_URL",
+    "fleet_pip_spec": "TPUQ_FLEET_PIP_SPEC",
+    "fleet_startup_script": "TPUQ_FLEET_STARTUP_SCRIPT",
 }
 CONFIG_ENV = "TPUQ_CONFIG"
 # settings that take one of a few words
@@ -152,6 +160,21 @@ class Settings:
     probe_timeout_s: float = 300.0
     # transparent hugepages: the agent warns at start unless this says [always]
     thp_file: str = "/sys/kernel/mm/transparent_hugepage/enabled"
+    # the fleet controller (tpuq fleet controller, docs/fleet.md): the Cloud TPU API's
+    # endpoint (empty = Google's; plain http only on loopback, for a fake); how often it
+    # looks; its per-slot backoff after a failed create (doubling, jittered, capped); how
+    # long a READY VM's agent may take to register before status says so
+    tpu_api_endpoint: str = ""
+    fleet_poll_s: float = 10.0
+    fleet_backoff_s: float = 30.0
+    fleet_backoff_max_s: float = 1800.0
+    fleet_join_s: float = 900.0
+    # what new VMs get in their metadata to join the deployment: the database URL their
+    # agents use (empty = the controller's own), what they pip install, and the startup
+    # script (empty = the one shipped with tpuq, workers/startup-script.sh)
+    fleet_agent_database_url: str = ""
+    fleet_pip_spec: str = ""
+    fleet_startup_script: str = ""
 
     # ---- derived -------------------------------------------------------------------
     @property
@@ -304,7 +327,8 @@ def check(s: Settings) -> str | None:
     None when they can."""
     positive = ("heartbeat_s", "lease_s", "leader_lease_s", "host_stale_s", "poll_s",
                 "fair_share_half_life_h", "broker_visibility_s", "gang_start_s",
-                "notify_poll_s", "notify_tries", "probe_timeout_s")
+                "notify_poll_s", "notify_tries", "probe_timeout_s", "fleet_poll_s",
+                "fleet_backoff_s", "fleet_backoff_max_s", "fleet_join_s")
     for name in positive:
         if getattr(s, name) <= 0:
             return f"{ENV[name]} must be positive, got {getattr(s, name):g}"

@@ -18,6 +18,9 @@
 #   TPUQ_DATABASE_URL / tpuq-database-url  PostgreSQL URL; absent = keep the file's value
 #   TPUQ_BROKER_URL   / tpuq-broker-url    Redis URL;      absent = keep the file's value
 #   TPUQ_HOST         / tpuq-host          host name in the queue; default: see below
+#   TPUQ_HOST_PREFIX  / tpuq-host-prefix   host name <prefix>-w<worker> (the fleet
+#                                          controller sets it: one name per slot,
+#                                          the same for every VM it makes there)
 #   TPUQ_VENV_PYTHON                       interpreter for the venv; default python3
 #   TPUQ_UPGRADE=1                         reinstall even if TPUQ_PIP_SPEC is unchanged
 #   TPUQ_METADATA_URL                      the metadata server; default GCE's own
@@ -139,8 +142,14 @@ fi
 
 # The host name must be stable across reboots, because the restarted agent finds its old
 # attempts by host name and requeues them by boot id. An IP changes at maintenance, so:
-# explicit tpuq-host > the name already in the file > <TPU node>-w<worker> > instance name.
+# explicit tpuq-host > tpuq-host-prefix and the worker number > the name already in the
+# file > <TPU node>-w<worker> > instance name.
 host="$(input TPUQ_HOST tpuq-host)"
+host_prefix="$(input TPUQ_HOST_PREFIX tpuq-host-prefix)"
+if [[ -z $host && -n $host_prefix ]]; then
+  worker="$(meta instance/attributes/agent-worker-number)"
+  host="$host_prefix-w${worker:-0}"
+fi
 if [[ -z $host ]]; then
   host="$(env_get TPUQ_HOST)"
 fi

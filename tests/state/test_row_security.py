@@ -16,7 +16,7 @@ from sqlalchemy import text
 
 from tests.harness import TPUQ
 from tpuq.spec import JobSpec
-from tpuq.state import jobs, roles
+from tpuq.state import admins, jobs, roles
 from tpuq.state.db import Database
 
 
@@ -147,3 +147,21 @@ def test_notifications_are_written_with_a_users_own_change_and_their_urls_are_ag
     with db.read() as s:
         assert s.scalar(text("SELECT notify_to FROM jobs WHERE id = :i"), {"i": hers}) \
             == "json://127.0.0.1:9/hook"
+
+
+def test_only_admins_declare_the_fleet_and_everyone_reads_it(pg):
+    db, url, alice, bob = pg
+    with db.write() as s:
+        admins.add(s, alice)
+    insert = ("INSERT INTO fleet_slots (name, spec, applied_at) "
+              "VALUES ('v4', '{}'::json, 0)")
+    with psycopg.connect(dsn(url, bob), autocommit=True) as c:
+        with pytest.raises(psycopg.Error, match="row-level security"):
+            c.execute(insert)
+        with pytest.raises(psycopg.Error, match="permission denied"):
+            c.execute("UPDATE fleet_members SET tries = 0")  # the controller's alone
+    with psycopg.connect(dsn(url, alice), autocommit=True) as c:
+        c.execute(insert)
+    with psycopg.connect(dsn(url, bob), autocommit=True) as c:
+        assert c.execute("SELECT name FROM fleet_slots").fetchall() == [("v4",)]
+        assert c.execute("SELECT count(*) FROM fleet_members").fetchone() == (0,)

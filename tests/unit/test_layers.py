@@ -1,6 +1,7 @@
 """The package's layers point one way and no module imports itself back.
 
-cli -> pod -> client -> agent -> api -> queue -> scheduler -> state -> leaf modules (LAYERS).
+cli -> pod -> client -> agent -> api -> queue -> scheduler -> fleet -> state -> leaf modules
+(LAYERS).
 Every import counts,
 also those under TYPE_CHECKING and those inside functions (lazy imports keep the CLI
 fast; they still tie modules together).
@@ -20,6 +21,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("leaf", ("tpuq", "tpuq.settings", "tpuq.spec", "tpuq.shapes", "tpuq.jobenv",
               "tpuq.users", "tpuq.protocol", "tpuq.job", "tpuq.localclient", "tpuq.runfn")),
     ("state", ("tpuq.state", "tpuq.migrations")),
+    # the fleet controller: over the state layer (its rows, the lost-host requeue); the
+    # api reads its view for `tpuq status`, the CLI runs it
+    ("fleet", ("tpuq.fleet",)),
     ("scheduler", ("tpuq.scheduler",)),
     ("queue", ("tpuq.queue",)),
     ("api", ("tpuq.api",)),

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from tpuq import arrays, runfn
 from tpuq.api import logs, views
 from tpuq.api.caller import Caller, Denied, not_found, owned_job, require_admin
+from tpuq.fleet import costs, report
 from tpuq.protocol import (
     Action,
     AdminSet,
@@ -27,6 +28,8 @@ from tpuq.protocol import (
     Done,
     Drain,
     Failure,
+    FleetReport,
+    FleetView,
     ForgetHost,
     History,
     Identity,
@@ -97,7 +100,7 @@ class Api:
             Resubmit: self.resubmit, Drain: self.drain, ForgetHost: self.forget_host,
             QuotaReport: self.quota, History: self.history, Update: self.update,
             QuotaSet: self.quota_set, Membership: self.membership, AdminSet: self.admin_set,
-            ReadResult: self.read_result,
+            ReadResult: self.read_result, FleetReport: self.fleet,
         }
 
     def handle(self, req: Request, caller: Caller) -> Reply:
@@ -158,11 +161,13 @@ class Api:
             host_rows = queries.hosts_with_jobs(s)
             now = queries.now(s)
             current = queries.current_attempts(s, rows)
+            fleet = report.waiting_lines(s)
         reasons = self.reasons() if any(r.state == "queued" for r in rows) else {}
         stale = self.settings.host_stale_s
         return JobList(jobs=[views.job_object(r, caller, waiting=reasons.get(r.id),
                                               current=current.get(r.id)) for r in rows],
-                       hosts=[views.host_object(h, j, now, stale) for h, j in host_rows], now=now)
+                       hosts=[views.host_object(h, j, now, stale) for h, j in host_rows], now=now,
+                       fleet=fleet)
 
     def show(self, req: ShowJob, caller: Caller) -> Reply:
         with self.db.read() as s:
@@ -258,6 +263,12 @@ class Api:
         with self.db.read() as s:
             return Rows(rows=history.ended(s, since=req.since, until=req.until, user=req.user,
                                            team=req.team, states=req.states))
+
+    def fleet(self, req: FleetReport, caller: Caller) -> Reply:
+        with self.db.read() as s:
+            shown = report.view(s)
+            since = req.since if req.since is not None else shown["now"] - 30 * 86400
+            return FleetView(view=shown, costs=costs.chip_hours(s, since, req.until))
 
     def quota(self, req: QuotaReport, caller: Caller) -> Reply:
         with self.db.read() as s:

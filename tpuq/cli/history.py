@@ -107,11 +107,27 @@ def usage(since: str, until: str | None, by: str, as_json: bool) -> None:
         return
     if not ordered:
         click.echo("no jobs ended then")
+    else:
+        click.echo(render.table((by.upper(), "JOBS", "CHIP-H", "NOT CHARGED", "RUNTIME"),
+                                [(name, int(t["jobs"]), f"{t['chip_hours']:.2f}",
+                                  f"{t['chip_hours_not_charged']:.2f}",
+                                  render.duration(t["runtime_s"])) for name, t in ordered]))
+    _fleet_costs(_since(since, "'--since'"), _since(until, "'--until'"))
+
+
+def _fleet_costs(since: float | None, until: float | None) -> None:
+    """What the fleet's VMs cost over the same period against what jobs used of them."""
+    from tpuq.protocol import FleetReport, FleetView
+
+    reply = context.ask(FleetReport(since=since, until=until), FleetView)
+    if not reply.view.get("slots"):
         return
-    click.echo(render.table((by.upper(), "JOBS", "CHIP-H", "NOT CHARGED", "RUNTIME"),
-                            [(name, int(t["jobs"]), f"{t['chip_hours']:.2f}",
-                              f"{t['chip_hours_not_charged']:.2f}",
-                              render.duration(t["runtime_s"])) for name, t in ordered]))
+    rows = [(c["slot"], f"{c['provisioned_chip_hours']:.2f}", f"{c['used_chip_hours']:.2f}",
+             f"{c['idle_chip_hours']:.2f}",
+             "-" if c["idle_fraction"] is None else f"{c['idle_fraction']:.0%}")
+            for c in reply.costs]
+    click.echo("\nfleet (chip-hours of its VMs, used by any job while running on them):")
+    click.echo(render.table(("SLOT", "PROVISIONED", "USED", "IDLE", "IDLE %"), rows))
 
 
 COMMANDS = [history, usage]

@@ -16,6 +16,7 @@ from tpuq.cli import (
     admin,
     agent_cmds,
     control,
+    fleet,
     history,
     logs,
     pod,
@@ -54,7 +55,7 @@ def cli() -> None:
 
 for command in (*submit.COMMANDS, *status.COMMANDS, *show.COMMANDS, *logs.COMMANDS,
                 *control.COMMANDS, *agent_cmds.COMMANDS, *quota.COMMANDS, *admin.COMMANDS,
-                *pod.COMMANDS, *wait.COMMANDS, *history.COMMANDS):
+                *pod.COMMANDS, *wait.COMMANDS, *history.COMMANDS, *fleet.COMMANDS):
     cli.add_command(command)
 
 

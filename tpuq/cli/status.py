@@ -141,6 +141,8 @@ def status(show_all: bool, mine: bool, user: str | None, team_filter: str | None
 
         owner = context.ask(WhoAmI(), Identity).user
 
+    fleet: list[str] = []  # what the fleet's VMs wait for (tpuq fleet status)
+
     def fetch() -> tuple[list[dict[str, Any]], list[dict[str, Any]], float]:
         from tpuq.protocol import JobList, ListJobs
 
@@ -149,6 +151,7 @@ def status(show_all: bool, mine: bool, user: str | None, team_filter: str | None
         jobs = [j for j in reply.jobs
                 if (name_pattern is None or fnmatch.fnmatch(job_name(j), name_pattern))
                 and (host_filter is None or j["host"] == host_filter)]
+        fleet[:] = reply.fleet
         return jobs, reply.hosts, reply.now
 
     if as_json:
@@ -164,7 +167,7 @@ def status(show_all: bool, mine: bool, user: str | None, team_filter: str | None
     console = _console()
     if not watch:
         jobs, hosts, now = fetch()
-        console.print(_view(jobs, hosts, now, columns), soft_wrap=False)
+        console.print(_view(jobs, hosts, now, columns, fleet), soft_wrap=False)
         return
     from rich.live import Live
 
@@ -172,7 +175,7 @@ def status(show_all: bool, mine: bool, user: str | None, team_filter: str | None
         try:
             while True:
                 jobs, hosts, now = fetch()
-                live.update(_view(jobs, hosts, now, columns), refresh=True)
+                live.update(_view(jobs, hosts, now, columns, fleet), refresh=True)
                 time.sleep(2.0)
         except KeyboardInterrupt:
             return
@@ -211,14 +214,18 @@ def _console() -> Any:
 
 
 def _view(jobs: list[dict[str, Any]], hosts: list[dict[str, Any]], now: float,
-          columns: Sequence[str]) -> Any:
+          columns: Sequence[str], fleet: Sequence[str] = ()) -> Any:
     from rich.console import Group
     from rich.text import Text
 
     top = _jobs_table(jobs, now, columns) if jobs else Text("no jobs")
     bottom = _hosts_table(hosts, now) if hosts else \
         Text("no hosts: start one with `tpuq agent`")
-    return Group(top, Text(""), bottom)
+    if not fleet:
+        return Group(top, Text(""), bottom)
+    # the fleet's VMs that are not ready, and what each waits for
+    return Group(top, Text(""), bottom, Text(""), Text("fleet:"),
+                 *(Text(f"  {line}") for line in fleet))
 
 
 CAPS = {"NAME": 28, "USER": 16, "TEAM": 16, "HOST": 20, "PROGRESS": 30, "COMMAND": 60,

@@ -91,6 +91,9 @@ def is_live(heartbeat_at: float | None, now: float, stale_s: float) -> bool:
 def out_of_service(row: Any, now: float, stale_s: float) -> str | None:
     """Why a host takes no new work, in words, or None when it does. The one rule: the
     scheduler (and its waiting reasons) and `tpuq status` both ask here."""
+    if getattr(row, "lost_reason", None):
+        # the fleet controller saw its VM go: its jobs were requeued at once
+        return f"lost: {row.lost_reason}"
     if row.stopped_at is not None:
         return "agent stopped"
     if not is_live(row.heartbeat_at, now, stale_s):
@@ -114,7 +117,8 @@ def _holder_of(row: Host) -> Holder | None:
 
 
 def _alive(row: Host, now: float, stale_s: float) -> bool:
-    return row.stopped_at is None and is_live(row.heartbeat_at, now, stale_s)
+    return row.stopped_at is None and row.lost_reason is None and \
+        is_live(row.heartbeat_at, now, stale_s)
 
 
 def register(s: Session, held: Held, holder: Holder, *, tpu_type: str | None,
@@ -131,7 +135,7 @@ def register(s: Session, held: Held, holder: Holder, *, tpu_type: str | None,
               "boot_id": boot_id, "agent_pid": agent_pid, "started_at": db_now(),
               "heartbeat_at": db_now(), "busy_reason": None, "stopped_at": None,
               "machine_id": holder.machine_id, "home": holder.home,
-              "agent_instance": held.instance,
+              "agent_instance": held.instance, "lost_reason": None,
               # (slice, worker, slice type) of a multi-host slice's worker
               "slice_name": seat[0] if seat else None, "slice_worker": seat[1] if seat else None,
               "slice_type": seat[2] if seat else None, "unavailable": unavailable or None}

@@ -160,6 +160,9 @@ class Host(Base):
     slice_type: Mapped[str | None] = mapped_column(String(32))
     # chip count (or "*", the whole host) -> why this host does not offer it; NULL: all
     unavailable: Mapped[dict[str, str] | None] = mapped_column(JSON)
+    # the fleet controller saw this host's TPU VM preempted or gone (tpuq/fleet/): it
+    # gets no work until an agent registers the name again
+    lost_reason: Mapped[str | None] = mapped_column(Text)
 
 
 class Allocation(Base):
@@ -235,6 +238,64 @@ class JobFunction(Base):
     result: Mapped[bytes | None] = mapped_column(LargeBinary)
     result_attempt: Mapped[int | None] = mapped_column(Integer)
     result_at: Mapped[float | None] = mapped_column(Double)
+
+
+class FleetSlot(Base):
+    """A declared slot (tpuq fleet apply): its full spec, stored before anything is made,
+    so nothing depends on a VM that may vanish (tpuq/fleet/spec.py)."""
+
+    __tablename__ = "fleet_slots"
+
+    name: Mapped[str] = mapped_column(String(40), primary_key=True)
+    spec: Mapped[dict[str, object]] = mapped_column(JSON)
+    applied_at: Mapped[float] = mapped_column(Double)
+    applied_by: Mapped[str | None] = mapped_column(String(64))
+    # removed from the file: kept until the controller deleted its VMs
+    removed_at: Mapped[float | None] = mapped_column(Double)
+
+
+class FleetMember(Base):
+    """One of a slot's `count` VMs: which generation of it the controller keeps and what
+    it waits for (tpuq/fleet/reconcile.py). Kept after the slot is removed from the file
+    until its VM is deleted."""
+
+    __tablename__ = "fleet_members"
+    __table_args__ = (CheckConstraint(
+        "phase IN ('waiting', 'creating', 'up', 'deleting')", name="fleet_members_phase"),)
+
+    slot: Mapped[str] = mapped_column(String(40), primary_key=True)
+    idx: Mapped[int] = mapped_column(Integer, primary_key=True)
+    generation: Mapped[int] = mapped_column(Integer, default=1)
+    phase: Mapped[str] = mapped_column(String(16))
+    op_name: Mapped[str | None] = mapped_column(Text)  # the create or delete under way
+    waiting_for: Mapped[str | None] = mapped_column(Text)
+    since: Mapped[float] = mapped_column(Double)
+    tries: Mapped[int] = mapped_column(Integer, default=0)
+    next_try_at: Mapped[float | None] = mapped_column(Double)
+    error_kind: Mapped[str | None] = mapped_column(String(16))
+    node_state: Mapped[str | None] = mapped_column(String(24))
+    health: Mapped[str | None] = mapped_column(String(32))
+    queued_state: Mapped[str | None] = mapped_column(String(32))
+    ready_at: Mapped[float | None] = mapped_column(Double)  # this generation first READY
+    joined_at: Mapped[float | None] = mapped_column(Double)  # its agents all registered
+    creates: Mapped[int] = mapped_column(Integer, default=0)  # create calls, all generations
+    updated_at: Mapped[float] = mapped_column(Double)
+
+
+class FleetVm(Base):
+    """A VM the controller made, while it was provisioned (READY until gone): what the
+    fleet costs, against what jobs used of it (tpuq/fleet/costs.py)."""
+
+    __tablename__ = "fleet_vms"
+
+    node_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    slot: Mapped[str] = mapped_column(String(40), index=True)
+    idx: Mapped[int] = mapped_column(Integer)
+    generation: Mapped[int] = mapped_column(Integer)
+    chips: Mapped[int] = mapped_column(Integer)
+    ready_at: Mapped[float] = mapped_column(Double)
+    gone_at: Mapped[float | None] = mapped_column(Double)
+    gone_reason: Mapped[str | None] = mapped_column(Text)
 
 
 class Leader(Base):
