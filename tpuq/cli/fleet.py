@@ -46,7 +46,7 @@ def apply(file: str, dry_run: bool) -> None:
     except ValueError as e:
         raise UserError(str(e)) from None
     except Exception as e:
-        # PostgreSQL's row security: only admins change the declared slots (migration 0018)
+        # PostgreSQL's row security: only admins change the declared slots (migration 0014)
         if "row-level security" in str(e) or "permission denied" in str(e):
             raise UserError(f"{cfg.user_name} may not change the fleet: admins only "
                             "(`tpuq admin add NAME`)") from None

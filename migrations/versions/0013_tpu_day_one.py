@@ -1,6 +1,6 @@
 """a TPU host's proven shapes, and what a submit dropped from the submitter's environment
 
-Revision ID: 0014
+Revision ID: 0013
 Revises: 0012
 
 `hosts.unavailable`: the chip shapes a host does not offer and why (a probe's error, or
@@ -14,7 +14,7 @@ change what JAX and libtpu see (`tpuq show` lists them). Users insert and read i
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0014"
+revision = "0013"
 down_revision = "0012"
 branch_labels = None
 depends_on = None

@@ -1,7 +1,7 @@
 """fleet: declared TPU VM slots, the controller's record of each, and the VMs it made
 
-Revision ID: 0018
-Revises: 0014
+Revision ID: 0014
+Revises: 0013
 
 `fleet_slots`: what an admin declared (`tpuq fleet apply`), the full spec as JSON, kept
 before anything is created. `fleet_members`: one row per VM a slot keeps (its `count`):
@@ -15,8 +15,8 @@ declared slots; agents (the controller) change everything.
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0018"
-down_revision = "0014"
+revision = "0014"
+down_revision = "0013"
 branch_labels = None
 depends_on = None
 
