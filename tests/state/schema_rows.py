@@ -33,6 +33,8 @@ from sqlalchemy import (
     text,
 )
 
+from tpuq.state.db import SCHEMA_HEAD
+
 T0 = 1_790_000_000.0  # a database-clock time the rows are written around
 STATES = ["queued", "held", "assigned", "running", "preempting", "succeeded", "failed",
           "cancelled", "timeout"]
@@ -85,6 +87,9 @@ DOMAINS: dict[str, list[Any] | Callable[[int], Any]] = {
     "notifications.event": ["succeeded", "failed", "cancelled", "timeout", "preempted"],
     "job_functions.payload": _function_call,
     "job_functions.result": _function_result,
+    # code that may write them (migrations/versions/0016): today's
+    "attempts.code_revision": [SCHEMA_HEAD],
+    "hosts.code_revision": [SCHEMA_HEAD, None],
 }
 ROWS = {"jobs": len(STATES) + 1}  # rows per table and fill; the rest get DEFAULT_ROWS
 DEFAULT_ROWS = 3

@@ -19,8 +19,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from tpuq.state.clock import db_now
-from tpuq.state.db import rows_changed
-from tpuq.state.models import Host
+from tpuq.state.db import SCHEMA_HEAD, rows_changed
+from tpuq.state.models import Host, Meta
+from tpuq.state.versions import MIN_CODE_KEY, rank
 
 
 class NameTaken(Exception):
@@ -72,15 +73,31 @@ def is_live(heartbeat_at: float | None, now: float, stale_s: float) -> bool:
     return heartbeat_at is not None and now - heartbeat_at < stale_s
 
 
-def out_of_service(row: Any, now: float, stale_s: float) -> str | None:
+def min_code_sql() -> Any:
+    """The oldest code the database admits (versions.py), as a scalar subquery."""
+    return select(Meta.value).where(Meta.key == MIN_CODE_KEY).scalar_subquery()
+
+
+def min_code(s: Session) -> str | None:
+    return s.scalar(select(min_code_sql()))
+
+
+def out_of_service(row: Any, now: float, stale_s: float, min_code: str | None) -> str | None:
     """Why a host takes no new work, in words, or None when it does. The one rule: the
-    scheduler (and its waiting reasons) and `tpuq status` both ask here."""
+    scheduler (and its waiting reasons) and `tpuq status` both ask here. `min_code`: the
+    oldest code the database admits (versions.py)."""
     if row.stopped_at is not None:
         return "agent stopped"
     if not is_live(row.heartbeat_at, now, stale_s):
         # its agent died or cannot reach the database; its jobs are requeued when their
         # leases expire
         return "silent: gets no work"
+    if min_code is not None and (row.code_revision is None
+                                 or rank(row.code_revision) < rank(min_code)):
+        # it may not start jobs (migrations/versions/0016): its running ones go on
+        return (f"agent's tpuq is older than the database (schema "
+                f"{row.code_revision or 'before ' + min_code}, needs {min_code}): upgrade "
+                "tpuq on it and hand over (kill -USR2 <agent pid>)")
     if row.busy_reason:
         return f"busy: {row.busy_reason}"
     if row.draining:
@@ -111,7 +128,7 @@ def register(s: Session, held: Held, holder: Holder, *, tpu_type: str | None,
               "boot_id": boot_id, "agent_pid": agent_pid, "started_at": db_now(),
               "heartbeat_at": db_now(), "busy_reason": None, "stopped_at": None,
               "machine_id": holder.machine_id, "home": holder.home,
-              "agent_instance": held.instance,
+              "agent_instance": held.instance, "code_revision": SCHEMA_HEAD,
               # (slice, worker, slice type) of a multi-host slice's worker
               "slice_name": seat[0] if seat else None, "slice_worker": seat[1] if seat else None,
               "slice_type": seat[2] if seat else None}

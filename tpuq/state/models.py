@@ -103,6 +103,8 @@ class Attempt(Base):
     # the total the job gave with that step, and when it should reach it (agent/outcome.py)
     checkpoint_total: Mapped[int | None] = mapped_column(BigInteger)
     eta_at: Mapped[float | None] = mapped_column(Double)
+    # the newest migration of the code that assigned, then started, it (state/versions.py)
+    code_revision: Mapped[str | None] = mapped_column(String(32))
 
 
 class JobDep(Base):
@@ -156,6 +158,8 @@ class Host(Base):
     slice_name: Mapped[str | None] = mapped_column(String(128))
     slice_worker: Mapped[int | None] = mapped_column(Integer)
     slice_type: Mapped[str | None] = mapped_column(String(32))
+    # the newest migration its agent's code carries (state/versions.py)
+    code_revision: Mapped[str | None] = mapped_column(String(32))
 
 
 class Allocation(Base):
