@@ -49,6 +49,9 @@ def test_every_migration_keeps_every_row_up_and_down(empty):
             rows.fill(c)
         if before is None:
             continue
+        with engine.connect() as c:  # what `tpuq db downgrade` asks first, over rows
+            loses, drops = migrate.downgrade_costs(c, rev, before)
+            assert all(isinstance(w, str) for w in [*loses, *drops])
         migrate.downgrade(engine, before)
         with engine.begin() as c:
             rows.forget_what_is_gone(c)
@@ -81,3 +84,9 @@ def read_everything(db: Database, rows: Rows) -> None:
         chunk = api.handle(ReadResult(id=job_id), admin)
         assert isinstance(chunk, ResultChunk), chunk
         assert pickle.loads(base64.b64decode(chunk.data))[0] == "ok"
+
+
+def test_every_migration_says_what_its_downgrade_would_lose():
+    for rev in migrate.script().walk_revisions():
+        assert callable(getattr(rev.module, "downgrade_loses", None)), \
+            f"migration {rev.revision} has no downgrade_loses(bind) (tpuq db downgrade asks it)"

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, delete, select, update
+from sqlalchemy import ColumnElement, Connection, delete, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -155,6 +155,14 @@ def register(s: Session, held: Held, holder: Holder, *, tpu_type: str | None,
     s.execute(update(Host).where(Host.name == held.name)
               .values({k: v for k, v in values.items() if k != "name"}))
     return warning
+
+
+def live_agents(c: Connection, stale_s: float) -> list[str]:
+    """Hosts whose agent beats (at any schema since the first: plain columns)."""
+    rows = c.execute(text("SELECT name, heartbeat_at, stopped_at FROM hosts")).all()
+    now = float(c.execute(select(db_now())).scalar_one())
+    return sorted(r.name for r in rows
+                  if r.stopped_at is None and is_live(r.heartbeat_at, now, stale_s))
 
 
 def set_draining(s: Session, name: str, draining: bool) -> bool:

@@ -108,3 +108,28 @@ def script() -> ScriptDirectory:
 
 def heads() -> list[str]:
     return list(script().get_heads())
+
+
+def known(revision: str) -> bool:
+    from alembic.util import CommandError
+
+    try:
+        return script().get_revision(revision) is not None
+    except CommandError:
+        return False
+
+
+def downgrade_costs(conn: Connection, current: str, target: str) -> tuple[list[str], list[str]]:
+    """What going from `current` down to `target` would cost: (open work it would lose or
+    run wrongly: never done; records of ended work it would drop: done only on purpose).
+    Each migration says so for itself (`downgrade_loses`, `downgrade_drops`)."""
+    loses: list[str] = []
+    drops: list[str] = []
+    for rev in script().iterate_revisions(current, target):
+        if rev.revision == target:
+            continue
+        mod = rev.module
+        loses += [f"{w} (migration {rev.revision})" for w in mod.downgrade_loses(conn)]
+        drops += [f"{w} (migration {rev.revision})"
+                  for w in getattr(mod, "downgrade_drops", lambda _c: [])(conn)]
+    return loses, drops
