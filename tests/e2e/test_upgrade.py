@@ -168,3 +168,27 @@ def most_at_once(path: Path) -> int:
         now += d
         most = max(most, now)
     return most
+
+
+@pytest.mark.embedded_only
+def test_an_agent_whose_code_the_schema_no_longer_admits_stops_acting_but_keeps_its_jobs(
+        stack: Stack, host: FakeHost, tmp_path: Path) -> None:
+    """As a later release's `tpuq db upgrade` that raises the minimum code would leave it."""
+    agent = stack.start_agent(host)
+    out, gate = tmp_path / "run.txt", tmp_path / "gate"
+    running = stack.submit(*fixture_cmd("record.py", out, gate))
+    stack.wait_process(running)
+    with stack.db.write() as s:
+        s.execute(text("UPDATE alembic_version SET version_num = '9999'"))
+        s.execute(text("UPDATE meta SET value = '9999' WHERE key = 'min_code'"))
+    wait_for(lambda: "This agent no longer leads, assigns or starts jobs; the 1 it runs go "
+             "on" in agent.log_since_start(), 20, "the agent to stand down",
+             on_timeout=agent.log_since_start)
+    with stack.db.read() as s:
+        assert s.execute(text("SELECT count(*) FROM leaders WHERE expires_at > 0")).scalar() == 0
+    status = stack.tpuq("status").stdout  # the agent answers: it still serves its socket
+    assert f"{host.name}" in status and "agent's tpuq is older than the database (schema " \
+        f"{SCHEMA_HEAD}, needs 9999)" in status, status
+    gate.touch()
+    job = stack.wait_state(running, "succeeded")
+    assert job.attempt == 1 and starts_and_ends(out) == [("start", running), ("end", running)]
