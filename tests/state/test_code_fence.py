@@ -126,3 +126,13 @@ def test_a_newer_database_that_does_not_is_refused_with_what_to_do(db):
 def test_which_code_a_schema_admits(schema, code, admits):
     assert schema.admits(code) is admits
     assert (schema.too_new_for(code, "db") is None) is admits
+
+
+@pytest.mark.parametrize("revision", ["0002", "0012"])
+def test_a_schema_from_before_the_minimum_reads_as_its_revision(revision, tmp_path):
+    from tpuq.state import migrate
+
+    db = Database(f"sqlite:///{tmp_path}/old.db")
+    migrate.upgrade(db.engine, revision)
+    assert db.schema() == Schema(revision, None)
+    db.dispose()

@@ -132,10 +132,12 @@ class Database:
         except (OperationalError, ProgrammingError) as e:
             raise SchemaError(describe(e, self.safe_url)) from None
         with c:
-            try:
-                return versions.read(c)
-            except (OperationalError, ProgrammingError):
-                return versions.Schema(None)
+            for read in (versions.read, versions.read_revision):
+                try:
+                    return read(c)
+                except (OperationalError, ProgrammingError):
+                    c.rollback()
+            return versions.Schema(None)
 
     def upgrade(self) -> None:
         from tpuq.state.migrate import upgrade

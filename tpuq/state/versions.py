@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, text
-from sqlalchemy.exc import OperationalError, ProgrammingError
 
 MIN_CODE_KEY = "min_code"
 
@@ -58,15 +57,15 @@ class Schema:
 
 
 def read(conn: Connection) -> Schema:
-    """The schema of the database `conn` reaches; revision None when it has none.
-    Raises the driver's error when the database cannot be read."""
-    revision = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
-    if revision is None:
-        return Schema(None)
-    try:
-        with conn.begin_nested():
-            min_code = conn.execute(text("SELECT value FROM meta WHERE key = :k"),
-                                    {"k": MIN_CODE_KEY}).scalar()
-    except (OperationalError, ProgrammingError):  # a schema from before `meta` (0003)
-        min_code = None
-    return Schema(revision, min_code)
+    """The schema of the database `conn` reaches, in one statement (the agent asks on
+    every heartbeat). Raises the driver's error when it has no `meta` (a schema before
+    0003: see read_revision) or no schema at all."""
+    row = conn.execute(text(
+        "SELECT v.version_num, (SELECT m.value FROM meta m WHERE m.key = :k) "
+        "FROM alembic_version v"), {"k": MIN_CODE_KEY}).first()
+    return Schema(None) if row is None else Schema(row[0], row[1])
+
+
+def read_revision(conn: Connection) -> Schema:
+    """The revision alone, for a schema older than `meta`."""
+    return Schema(conn.execute(text("SELECT version_num FROM alembic_version")).scalar())
