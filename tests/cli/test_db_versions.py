@@ -12,20 +12,21 @@ from tpuq.state.db import SCHEMA_HEAD
 pytestmark = pytest.mark.embedded_only
 
 
-def one_line(stack, *args: str, code: int) -> str:  # type: ignore[no-untyped-def]
-    r = stack.tpuq(*args, check=False)
+def one_line(stack, *args: str, code: int, **env: str) -> str:  # type: ignore[no-untyped-def]
+    r = stack.tpuq(*args, check=False, **env)
     assert r.returncode == code, (args, r.stdout, r.stderr)
     assert "Traceback" not in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
     return r.stderr
 
 
-def test_code_older_than_the_database_says_to_upgrade_tpuq_not_the_database(stack):
+def test_code_older_than_the_database_says_to_upgrade_tpuq_not_the_database(stack, host):
     stack.tpuq("status")
     with stack.db.write() as s:  # as a later release's `tpuq db upgrade` leaves it
         s.execute(text("UPDATE alembic_version SET version_num = '9999'"))
         s.execute(text("UPDATE meta SET value = '9999' WHERE key = 'min_code'"))
-    for command in (("db", "upgrade"), ("db", "current"), ("status",), ("submit", "/bin/true")):
-        line = one_line(stack, *command, code=1)
+    for command in (("db", "upgrade"), ("db", "current"), ("status",), ("submit", "/bin/true"),
+                    ("agent",)):
+        line = one_line(stack, *command, code=1, **host.env())
         assert f"is at schema 9999, newer than this tpuq (schema {SCHEMA_HEAD}), and needs " \
                "tpuq of schema 9999 or later: upgrade tpuq here" in line, line
         assert "run `tpuq db upgrade`" not in line
