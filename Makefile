@@ -1,7 +1,7 @@
 # The README's commands. `make test` is what CI runs (.ci/run).
 PY ?= .venv/bin/python
 
-.PHONY: install test bench lint demo
+.PHONY: install test test-fast bench lint demo
 
 install:
 	python3 -m venv .venv && $(PY) -m pip install -q -e '.[dev]'
@@ -10,11 +10,15 @@ install:
 test:
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15
 
+# the unit and state tests: pure functions and the database, under 2 minutes
+test-fast:
+	$(PY) -m pytest -q -p no:cacheprovider tests/unit tests/state
+
 bench:
 	$(PY) bench/run.py
 
 lint:
-	$(PY) -m ruff check tpuq tests bench examples
+	$(PY) -m ruff check tpuq tests bench examples migrations
 	$(PY) -m mypy tpuq
 
 demo:
