@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
@@ -99,13 +100,25 @@ def downgrade(revision: str, force: bool) -> None:
     why, while open work would be lost or run wrongly under the older schema (open array
     tasks under a schema without arrays, say) or agents still run; records of ended work
     it would drop are dropped only with --force."""
-    from tpuq.protocol import Failure
-    from tpuq.state import hosts, migrate
-    from tpuq.state.db import SCHEMA_HEAD, Database
-    from tpuq.state.versions import rank
+    from tpuq.state import migrate
+    from tpuq.state.db import Database
 
     cfg = context.settings()
     database = Database(cfg.db_url)
+    at = _refuse_downgrade(database, revision, cfg.host_stale_s, force)
+    migrate.downgrade(database.engine, revision)
+    click.echo(f"{database.safe_url}: {at} -> {revision}; start only agents of the tpuq that "
+               f"needs schema {revision}")
+
+
+def _refuse_downgrade(database: Any, revision: str, stale_s: float, force: bool) -> str:
+    """Raise the one line that says why going down to `revision` is refused; else the
+    revision the database is at."""
+    from tpuq.protocol import Failure
+    from tpuq.state import hosts, migrate
+    from tpuq.state.db import SCHEMA_HEAD
+    from tpuq.state.versions import rank
+
     schema = database.schema()
     if schema.revision is None:
         raise Unavailable(f"{database.safe_url}: no tpuq schema to downgrade")
@@ -119,7 +132,7 @@ def downgrade(revision: str, force: bool) -> None:
                         f"({schema.revision}); `tpuq db current` with the release to go back "
                         "to names the one it needs")
     with database.engine.connect() as c:
-        live = hosts.live_agents(c, cfg.host_stale_s)
+        live = hosts.live_agents(c, stale_s)
         loses, drops = migrate.downgrade_costs(c, schema.revision, revision)
     if live:
         raise Refused(Failure.CONFLICT, f"agents run on {', '.join(live)}: stop them first "
@@ -131,9 +144,7 @@ def downgrade(revision: str, force: bool) -> None:
     if drops and not force:
         raise Refused(Failure.CONFLICT, f"going down to {revision} drops {'; '.join(drops)}: "
                       "run again with --force to drop them")
-    migrate.downgrade(database.engine, revision)
-    click.echo(f"{database.safe_url}: {schema.revision} -> {revision}; start only agents of "
-               f"the tpuq that needs schema {revision}")
+    return str(schema.revision)
 
 
 @click.command()
