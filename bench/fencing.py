@@ -37,6 +37,7 @@ sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 from tests.harness import FakeHost, Stack, fixture_cmd, wait_for  # noqa: E402
 from tpuq.agent.holders import is_same_process  # noqa: E402
+from tpuq.scheduler.loop import ROLE  # noqa: E402
 from tpuq.settings import Settings  # noqa: E402
 from tpuq.state import leader  # noqa: E402
 
@@ -92,7 +93,7 @@ def leader_round(tmp: Path) -> float:
 
         def current() -> str | None:
             with stack.db.read() as s:
-                return leader.current(s, "scheduler")
+                return leader.current(s, ROLE)
 
         lead = wait_for(current, 30, "a leader")
         other = next(n for n in agents if n != lead)

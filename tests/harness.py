@@ -15,7 +15,7 @@ import subprocess
 import sys
 import sysconfig
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -144,8 +144,9 @@ class Stack:
 
     # ---- the CLI ---------------------------------------------------------------------
     def tpuq(self, *args: str, check: bool = True, cwd: str | Path | None = None,
-             **env: str) -> subprocess.CompletedProcess[str]:
-        r = subprocess.run([*TPUQ, *args], env=self.env(**env), cwd=cwd, text=True,
+             command: Sequence[str] = TPUQ, **env: str) -> subprocess.CompletedProcess[str]:
+        """`command`: another tpuq's (tests/releases.py), else this one's."""
+        r = subprocess.run([*command, *args], env=self.env(**env), cwd=cwd, text=True,
                            capture_output=True, timeout=120)
         if check and r.returncode != 0:
             raise AssertionError(f"tpuq {' '.join(args)} exited {r.returncode}:\n{r.stderr}")
@@ -154,8 +155,8 @@ class Stack:
     def submit(self, *args: str, cwd: str | Path | None = None, **env: str) -> int:
         return int(self.tpuq("submit", "-q", *args, cwd=cwd, **env).stdout.strip())
 
-    def start_agent(self, host: FakeHost, **env: str) -> AgentProc:
-        a = AgentProc(self, host, env)
+    def start_agent(self, host: FakeHost, command: Sequence[str] = TPUQ, **env: str) -> AgentProc:
+        a = AgentProc(self, host, env, command)
         a.start()
         self.agents.append(a)
         return a
@@ -251,18 +252,24 @@ class Stack:
 class AgentProc:
     """One `tpuq agent` process for a fake host."""
 
-    def __init__(self, stack: Stack, host: FakeHost, env: dict[str, str]) -> None:
+    def __init__(self, stack: Stack, host: FakeHost, env: dict[str, str],
+                 command: Sequence[str] = TPUQ) -> None:
         self.stack = stack
         self.host = host
         self.env = env
+        self.command = list(command)
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = host.root / "agent.log"
 
     def start(self, wait: bool = True) -> AgentProc:
         self._log_from = self.log_path.stat().st_size if self.log_path.exists() else 0
         log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([*TPUQ, "agent"], env=self.stack.env(self.host, **self.env),
-                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        # from the host's directory: another tpuq's `python -m tpuq.agent.keeper` must not
+        # import this checkout's tpuq from the working directory
+        self.proc = subprocess.Popen([*self.command, "agent"],
+                                     env=self.stack.env(self.host, **self.env),
+                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     cwd=self.host.root)
         log.close()
         if wait:
             wait_for(self._ready, 30, f"agent {self.host.name} to start\n{self.log_tail()}")

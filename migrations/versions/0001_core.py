@@ -121,3 +121,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     for table in ("leaders", "allocations", "hosts", "job_events", "attempts", "jobs"):
         op.drop_table(table)
+
+
+def downgrade_loses(bind: sa.Connection) -> list[str]:
+    return ["the whole schema: every job, attempt and host"]

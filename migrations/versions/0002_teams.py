@@ -44,3 +44,12 @@ def downgrade() -> None:
     op.drop_index("ix_team_members_user", table_name="team_members")
     op.drop_table("team_members")
     op.drop_table("teams")
+
+
+def downgrade_loses(bind: sa.Connection) -> list[str]:
+    return []
+
+
+def downgrade_drops(bind: sa.Connection) -> list[str]:
+    n = bind.scalar(sa.text("SELECT count(*) FROM teams"))
+    return [f"the quotas and members of {n} team(s)"] if n else []

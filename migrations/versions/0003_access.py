@@ -177,3 +177,9 @@ def downgrade() -> None:
             batch.drop_constraint(name, type_="check")
     op.drop_table("meta")
     op.drop_table("admins")
+
+
+def downgrade_loses(bind: sa.Connection) -> list[str]:
+    # without it the database has no admins and its instance id is made anew (every
+    # job's files would look like another database's), and PostgreSQL no access rules
+    return ["the access rules, the admins and the database's instance id"]

@@ -35,3 +35,7 @@ def downgrade() -> None:
     with op.batch_alter_table("hosts") as batch:
         for name in ("agent_instance", "home", "machine_id"):
             batch.drop_column(name)
+
+
+def downgrade_loses(bind: sa.Connection) -> list[str]:
+    return []  # agents register their identity again at start

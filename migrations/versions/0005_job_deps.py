@@ -16,6 +16,8 @@ down_revision = "0004"
 branch_labels = None
 depends_on = None
 
+OPEN = "('queued', 'held', 'assigned', 'running', 'preempting')"  # the states of jobs not ended
+
 
 def upgrade() -> None:
     op.create_table(
@@ -41,3 +43,20 @@ CREATE POLICY own_jobs ON job_deps FOR INSERT TO tpuq_user WITH CHECK (
 
 def downgrade() -> None:
     op.drop_table("job_deps")
+
+
+def downgrade_loses(bind: sa.Connection) -> list[str]:
+    ids = bind.scalars(sa.text(f"""SELECT DISTINCT j.id FROM job_deps d JOIN jobs j
+                                  ON j.id = d.job_id WHERE j.state IN {OPEN}
+                                  ORDER BY j.id""")).all()
+    return [f"the dependencies (--after) of {len(ids)} open job(s) ({_some(ids)}): they "
+            "would start without waiting"] if ids else []
+
+
+def downgrade_drops(bind: sa.Connection) -> list[str]:
+    n = bind.scalar(sa.text("SELECT count(*) FROM job_deps"))
+    return [f"{n} dependency record(s) of ended jobs"] if n else []
+
+
+def _some(ids: list[int]) -> str:
+    return ", ".join(map(str, ids[:8])) + (", ..." if len(ids) > 8 else "")

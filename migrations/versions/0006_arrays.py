@@ -16,6 +16,8 @@ down_revision = "0005"
 branch_labels = None
 depends_on = None
 
+OPEN = "('queued', 'held', 'assigned', 'running', 'preempting')"  # the states of jobs not ended
+
 
 def upgrade() -> None:
     with op.batch_alter_table("jobs") as batch:
@@ -38,3 +40,19 @@ def downgrade() -> None:
         batch.drop_constraint("jobs_array_throttle", type_="check")
         for name in ("array_throttle", "array_index", "array_id"):
             batch.drop_column(name)
+
+
+def downgrade_loses(bind: sa.Connection) -> list[str]:
+    ids = bind.scalars(sa.text(f"""SELECT id FROM jobs WHERE array_id IS NOT NULL
+                                  AND state IN {OPEN} ORDER BY id""")).all()
+    return [f"{len(ids)} open array task(s) ({_some(ids)}): their arrays' limits (%N) "
+            "would not hold"] if ids else []
+
+
+def downgrade_drops(bind: sa.Connection) -> list[str]:
+    n = bind.scalar(sa.text("SELECT count(*) FROM jobs WHERE array_id IS NOT NULL"))
+    return [f"the array ids of {n} ended task(s)"] if n else []
+
+
+def _some(ids: list[int]) -> str:
+    return ", ".join(map(str, ids[:8])) + (", ..." if len(ids) > 8 else "")

@@ -18,6 +18,8 @@ down_revision = "0007"
 branch_labels = None
 depends_on = None
 
+OPEN = "('queued', 'held', 'assigned', 'running', 'preempting')"  # the states of jobs not ended
+
 
 def upgrade() -> None:
     with op.batch_alter_table("hosts") as batch:
@@ -69,3 +71,19 @@ def downgrade() -> None:
         batch.drop_column("slice_type")
         batch.drop_column("slice_worker")
         batch.drop_column("slice_name")
+
+
+def downgrade_loses(bind: sa.Connection) -> list[str]:
+    ids = bind.scalars(sa.text(f"""SELECT id FROM jobs WHERE workers IS NOT NULL
+                                  AND state IN {OPEN} ORDER BY id""")).all()
+    return [f"{len(ids)} open slice job(s) ({_some(ids)}): they would run on one "
+            "host"] if ids else []
+
+
+def downgrade_drops(bind: sa.Connection) -> list[str]:
+    n = bind.scalar(sa.text("SELECT count(*) FROM gang_workers"))
+    return [f"{n} slice worker record(s) of ended attempts"] if n else []
+
+
+def _some(ids: list[int]) -> str:
+    return ", ".join(map(str, ids[:8])) + (", ..." if len(ids) > 8 else "")

@@ -19,6 +19,8 @@ down_revision = "0008"
 branch_labels = None
 depends_on = None
 
+OPEN = "('queued', 'held', 'assigned', 'running', 'preempting')"  # the states of jobs not ended
+
 
 def upgrade() -> None:
     with op.batch_alter_table("jobs") as batch:
@@ -65,3 +67,18 @@ def downgrade() -> None:
     with op.batch_alter_table("jobs") as batch:
         batch.drop_column("notify_to")
         batch.drop_column("notify")
+
+
+def downgrade_loses(bind: sa.Connection) -> list[str]:
+    pending = bind.scalar(sa.text("SELECT count(*) FROM notifications "
+                                  "WHERE state = 'pending'"))
+    asked = bind.scalar(sa.text("SELECT count(*) FROM jobs WHERE notify IS NOT NULL "
+                                f"AND state IN {OPEN}"))
+    return [f"{n} {what}" for n, what in (
+        (pending, "notification(s) not sent yet"),
+        (asked, "open job(s) whose owners asked to be told when they end")) if n]
+
+
+def downgrade_drops(bind: sa.Connection) -> list[str]:
+    n = bind.scalar(sa.text("SELECT count(*) FROM notifications"))
+    return [f"the record of {n} notification(s)"] if n else []

@@ -17,6 +17,8 @@ down_revision = "0009"
 branch_labels = None
 depends_on = None
 
+OPEN = "('queued', 'held', 'assigned', 'running', 'preempting')"  # the states of jobs not ended
+
 
 def upgrade() -> None:
     op.create_table(
@@ -44,3 +46,15 @@ CREATE POLICY owners_submit ON job_functions FOR INSERT TO tpuq_user WITH CHECK 
 
 def downgrade() -> None:
     op.drop_table("job_functions")
+
+
+def downgrade_loses(bind: sa.Connection) -> list[str]:
+    n = bind.scalar(sa.text(f"""SELECT count(*) FROM job_functions f JOIN jobs j
+                               ON j.id = f.job_id WHERE j.state IN {OPEN}"""))
+    return [f"{n} open function job(s) (tpuq.client.submit(fn)): their calls are stored "
+            "only there"] if n else []
+
+
+def downgrade_drops(bind: sa.Connection) -> list[str]:
+    n = bind.scalar(sa.text("SELECT count(*) FROM job_functions WHERE result IS NOT NULL"))
+    return [f"the results of {n} function job(s)"] if n else []

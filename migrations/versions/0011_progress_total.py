@@ -28,3 +28,12 @@ def downgrade() -> None:
     with op.batch_alter_table("attempts") as batch:
         batch.drop_column("eta_at")
         batch.drop_column("checkpoint_total")
+
+
+def downgrade_loses(bind: sa.Connection) -> list[str]:
+    return []  # running jobs report their totals again; only the ETA waits for it
+
+
+def downgrade_drops(bind: sa.Connection) -> list[str]:
+    n = bind.scalar(sa.text("SELECT count(*) FROM attempts WHERE checkpoint_total IS NOT NULL"))
+    return [f"the progress totals of {n} attempt(s)"] if n else []

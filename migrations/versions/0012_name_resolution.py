@@ -133,3 +133,7 @@ def downgrade() -> None:
     database = bind.dialect.identifier_preparer.quote(
         bind.scalar(sa.text("SELECT current_database()")))
     op.execute(f"GRANT CONNECT, TEMPORARY ON DATABASE {database} TO PUBLIC")
+
+
+def downgrade_loses(bind: sa.Connection) -> list[str]:
+    return []  # the database is opened to every role again; nothing stored is lost

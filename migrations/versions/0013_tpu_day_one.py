@@ -34,3 +34,14 @@ def downgrade() -> None:
         batch.drop_column("env_dropped")
     with op.batch_alter_table("hosts") as batch:
         batch.drop_column("unavailable")
+
+
+def downgrade_loses(bind: sa.Connection) -> list[str]:
+    # hosts probe their shapes again at their agents' next start; what a submit dropped
+    # from an environment is a record, not work
+    return []
+
+
+def downgrade_drops(bind: sa.Connection) -> list[str]:
+    n = bind.scalar(sa.text("SELECT count(*) FROM jobs WHERE env_dropped IS NOT NULL"))
+    return [f"the names dropped from the environments of {n} job(s)"] if n else []

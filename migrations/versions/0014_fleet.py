@@ -90,3 +90,19 @@ def downgrade() -> None:
         op.drop_table(table)
     with op.batch_alter_table("hosts") as batch:
         batch.drop_column("lost_reason")
+
+
+def downgrade_loses(bind: sa.Connection) -> list[str]:
+    """TPU VMs the controller keeps are known only here: without these rows nobody
+    deletes or replaces them."""
+    n = bind.scalar(sa.text("SELECT count(*) FROM fleet_vms WHERE gone_at IS NULL"))
+    slots = bind.scalar(sa.text("SELECT count(*) FROM fleet_slots WHERE removed_at IS NULL"))
+    return [f"{slots} declared fleet slot(s) with {n} live TPU VM(s): remove the slots "
+            "(`tpuq fleet apply` of an empty file) and let the controller delete them "
+            "first"] if n or slots else []
+
+
+def downgrade_drops(bind: sa.Connection) -> list[str]:
+    n = bind.scalar(sa.text("SELECT count(*) FROM fleet_vms"))
+    return [f"the records of {n} ended fleet VM(s) (their chip-hours in `tpuq usage`)"] \
+        if n else []

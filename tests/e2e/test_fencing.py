@@ -19,6 +19,7 @@ from tests import records
 from tests.harness import FIXTURES, AgentProc, FakeHost, Stack, fixture_cmd, wait_for
 from tests.services import TcpProxy
 from tpuq.agent.holders import is_same_process
+from tpuq.scheduler.loop import ROLE
 from tpuq.state import hosts, leader, queries
 
 CHIPS = 4
@@ -37,7 +38,7 @@ def two_hosts(tmp_path: Path) -> tuple[FakeHost, FakeHost]:
 
 def leader_of(stack: Stack) -> str | None:
     with stack.db.read() as s:
-        return leader.current(s, "scheduler")
+        return leader.current(s, ROLE)
 
 
 def running_on(stack: Stack, job_id: int, host: str, attempt: int):  # type: ignore[no-untyped-def]

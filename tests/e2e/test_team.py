@@ -19,6 +19,7 @@ import pytest
 
 from tests.harness import FakeHost, Stack, fixture_cmd, wait_for
 from tests.services import free_port
+from tpuq.scheduler.loop import ROLE
 from tpuq.state import attempts, leader
 from tpuq.state.models import Job, Leader
 
@@ -83,7 +84,7 @@ def test_duplicate_and_stale_doorbells_change_nothing(team_stack, host, tmp_path
 def test_lost_doorbell_is_recovered_by_the_host(team_stack, host):
     # the test takes the leader lease itself and assigns without ringing anyone
     with team_stack.db.write() as s:
-        assert leader.acquire(s, "scheduler", "the-test", 600)
+        assert leader.acquire(s, ROLE, "the-test", 600)
     team_stack.start_agent(host)
     job_id = team_stack.submit("--", "/bin/true")
     with team_stack.db.write() as s:
@@ -95,7 +96,7 @@ def test_a_late_doorbell_joins_the_attempt_the_host_poll_started(team_stack, hos
     """The host's poll started the attempt before its message came: the late `tpuq.run`
     task stays active with it, so `celery inspect active` still lists the running job."""
     with team_stack.db.write() as s:
-        assert leader.acquire(s, "scheduler", "the-test", 600)
+        assert leader.acquire(s, ROLE, "the-test", 600)
     team_stack.start_agent(host)
     job_id = team_stack.submit("--", "/bin/sleep", "600")
     with team_stack.db.write() as s:
@@ -146,14 +147,14 @@ def test_leader_failover_keeps_dispatching(team_stack, tmp_path):
     first = team_stack.submit("--", "/bin/true")
     team_stack.wait_state(first, "succeeded")
     with team_stack.db.read() as s:
-        lead = s.get(Leader, "scheduler").holder
+        lead = s.get(Leader, ROLE).holder
     agents[lead].kill()
     ids = [team_stack.submit("--", "/bin/true") for _ in range(3)]
     jobs = team_stack.wait_all(ids, "succeeded", timeout=30)
     other = ({"tpu-0", "tpu-1"} - {lead}).pop()
     assert {j.host for j in jobs} == {other}
     with team_stack.db.read() as s:
-        assert s.get(Leader, "scheduler").holder == other
+        assert s.get(Leader, ROLE).holder == other
 
 
 def test_chips_freed_on_a_host_that_does_not_lead_are_used_at_once(team_stack, tmp_path):
@@ -184,7 +185,7 @@ def test_chips_freed_on_a_host_that_does_not_lead_are_used_at_once(team_stack, t
 
 def leader_of(stack: Stack) -> str | None:
     with stack.db.read() as s:
-        return leader.current(s, "scheduler")
+        return leader.current(s, ROLE)
 
 
 def test_job_longer_than_visibility_timeout_runs_once(team_stack, host, tmp_path, out):

@@ -38,7 +38,7 @@ def test_a_lost_vm_requeues_its_jobs_at_once_uncharged_and_its_host_gets_no_work
         assert a.outcome == "preempted"  # not charged (states.NOT_CHARGED)
         assert "its TPU VM is lost (VM PREEMPTED" in a.reason
         h = s.get(Host, "v4-0-w0")
-        assert hosts.out_of_service(h, h.heartbeat_at, 30.0) == "lost: VM PREEMPTED"
+        assert hosts.out_of_service(h, h.heartbeat_at, 30.0, None) == "lost: VM PREEMPTED"
 
 
 def test_an_agent_that_registers_the_name_again_clears_the_loss(db):
@@ -90,3 +90,20 @@ def test_costs_are_provisioned_against_used_per_slot(db):
     assert 3.9 < v4["provisioned_chip_hours"] <= 4.0  # 4 chips for (almost) an hour
     assert 3.9 < v4["used_chip_hours"] <= 4.0  # a 4-chip job running all of it
     assert rows["total"]["provisioned_chip_hours"] == v4["provisioned_chip_hours"]
+
+
+def test_a_slot_whose_stored_spec_cannot_be_read_breaks_nothing(db, caplog):
+    """A spec written around `tpuq fleet apply` (by hand, or by a broken release) is left
+    out with a warning; the fleet's other slots and `tpuq status` still read."""
+    from sqlalchemy import text
+
+    from tpuq.fleet import report
+
+    with db.write() as s:
+        store.apply(s, FleetFile("tpuq", (SLOT,)), by="admin")
+        s.execute(text("INSERT INTO fleet_slots (name, spec, applied_at) "
+                       "VALUES ('bad', '{\"n\": 1}', 0)"))
+    with db.read() as s:
+        assert set(store.specs(s)) == {"v4"}
+        report.waiting_lines(s)
+    assert "fleet slot 'bad': its stored spec cannot be read" in caplog.text

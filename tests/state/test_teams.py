@@ -12,6 +12,7 @@ from tpuq.scheduler import loop
 from tpuq.settings import Settings
 from tpuq.spec import JobSpec, SpecError
 from tpuq.state import jobs, snapshot, teams, usage
+from tpuq.state.db import SCHEMA_HEAD
 from tpuq.state.models import Attempt
 from tpuq.state.states import NOT_CHARGED
 
@@ -28,7 +29,8 @@ def add_attempt(s, job_id: int, chips: int, started: float | None, ended: float 
                 outcome: str | None, number: int = 1) -> None:
     s.execute(insert(Attempt).values(job_id=job_id, number=number, host="h",
                                      chips=list(range(chips)), assigned_at=started or NOW,
-                                     started_at=started, ended_at=ended, outcome=outcome))
+                                     started_at=started, ended_at=ended, outcome=outcome,
+                                     code_revision=SCHEMA_HEAD))
 
 
 def test_quota_crud_and_members(db):

@@ -33,7 +33,7 @@ from tpuq.scheduler.loop import Scheduler
 from tpuq.settings import Settings
 from tpuq.state import attempts, gangs, hosts, jobs, outage
 from tpuq.state.attempts import Ending
-from tpuq.state.db import Database
+from tpuq.state.db import SCHEMA_HEAD, Database
 from tpuq.state.states import JobState, Outcome, StopRequest
 
 log = logging.getLogger("tpuq.agent")
@@ -131,6 +131,8 @@ class Agent:
         self.stopping = threading.Event()
         self.handing_over = False
         self.lost_name = False  # another agent holds this host name now: stop, touch nothing
+        # why this agent leads, assigns and starts nothing: the database moved past its code
+        self.too_old: str | None = None
         self.executor = Executor(settings, db, self.held, boot_id=self.boot_id, chips=chips,
                                  tpu_type=self.tpu_type, on_change=self.wake_scheduler)
         self.executor.gang_news = self.announce
@@ -327,6 +329,7 @@ class Agent:
         if not mine:
             self._lose_name()
             return
+        self._check_schema()
         self.reserve.hold()  # back, once the disk has room again
         notices = self.notices.reason
         if notices is None:
@@ -337,6 +340,23 @@ class Agent:
             self._mark_busy(notices)  # again: a write lost to a race or an outage heals
         if not self.stopping.is_set():
             self.executor.poll_assigned()
+
+    def _check_schema(self) -> None:
+        """A newer release's `tpuq db upgrade` may have moved the database past this
+        code. If the schema no longer admits it (state/versions.py), this agent stops
+        leading, assigning and starting jobs for good; the jobs it runs go on, and a newer
+        agent adopts them (SIGUSR2). `tpuq status` says why this host gets no work."""
+        if self.too_old:
+            return
+        why = self.db.schema().too_new_for(SCHEMA_HEAD, self.db.safe_url)
+        if why is None:
+            return
+        self.too_old = why
+        log.error("%s. This agent no longer leads, assigns or starts jobs; the %d it runs go "
+                  "on until a newer agent adopts them (kill -USR2 %d hands them over)",
+                  why, len(self.executor.supervisors()), os.getpid())
+        self.executor.accepting = False
+        self.scheduler.bar(why)
 
     # ---- notices: what taking the host out of service and giving it back mean -------------
     def platform_notice(self) -> str | None:
@@ -365,7 +385,7 @@ class Agent:
             self.held.set_busy(s, f"notice: {notices}")
 
     def _give_back(self) -> None:
-        self.executor.accepting = True
+        self.executor.accepting = self.too_old is None
         with self.db.write() as s:
             self.held.set_busy(s, None)
         self.wake_scheduler()

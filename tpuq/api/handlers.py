@@ -160,14 +160,15 @@ class Api:
                                      else max(0, req.recent))
             host_rows = queries.hosts_with_jobs(s)
             now = queries.now(s)
+            min_code = hosts.min_code(s)
             current = queries.current_attempts(s, rows)
             fleet = report.waiting_lines(s)
         reasons = self.reasons() if any(r.state == "queued" for r in rows) else {}
         stale = self.settings.host_stale_s
         return JobList(jobs=[views.job_object(r, caller, waiting=reasons.get(r.id),
                                               current=current.get(r.id)) for r in rows],
-                       hosts=[views.host_object(h, j, now, stale) for h, j in host_rows], now=now,
-                       fleet=fleet)
+                       hosts=[views.host_object(h, j, now, stale, min_code)
+                              for h, j in host_rows], now=now, fleet=fleet)
 
     def show(self, req: ShowJob, caller: Caller) -> Reply:
         with self.db.read() as s:

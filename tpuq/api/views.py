@@ -65,9 +65,9 @@ def event_object(e: Any) -> dict[str, Any]:
 
 
 def host_object(h: Any, jobs: Mapping[int, list[int]], now: float,
-                stale_s: float) -> dict[str, Any]:
+                stale_s: float, min_code: str | None) -> dict[str, Any]:
     """A host and why it takes no work, in words (`state`: "ok" when it takes work)."""
-    state = hosts_mod.out_of_service(h, now, stale_s) or "ok"
+    state = hosts_mod.out_of_service(h, now, stale_s, min_code) or "ok"
     return {"name": h.name, "tpu_type": h.tpu_type, "chips": list(h.chips or ()),
             "used": sum(len(c) for c in jobs.values()), "jobs": sorted(jobs),
             "heartbeat_at": h.heartbeat_at, "state": state,

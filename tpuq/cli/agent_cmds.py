@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
 from tpuq.cli import context
-from tpuq.cli.errors import Unavailable
+from tpuq.cli.errors import Refused, Unavailable, UserError
 
 
 @click.command()
@@ -51,36 +52,103 @@ def agent(host: str | None, verbose: bool) -> None:
 
 @click.group()
 def db() -> None:
-    """Database schema: `tpuq db upgrade` applies the migrations."""
+    """Database schema: `tpuq db upgrade` applies the migrations, `tpuq db downgrade REV`
+    takes them back (docs/upgrading.md)."""
 
 
 @db.command()
 def upgrade() -> None:
-    """Apply all Alembic migrations to the configured database."""
+    """Apply every migration this tpuq has to the configured database. The team
+    deployment runs it once, from any machine, while the old agents run; then hands each
+    host's agent over (docs/upgrading.md)."""
     from tpuq.state.db import SCHEMA_HEAD, Database
 
-    cfg = context.settings()
-    database = Database(cfg.db_url)
-    before = database.schema_version()
+    database = Database(context.settings().db_url)
+    before = database.refuse_if_too_new()
+    if before.newer_than(SCHEMA_HEAD):
+        click.echo(f"{database.safe_url}: at schema {before.revision}, newer than this tpuq "
+                   f"(schema {SCHEMA_HEAD}), which it admits: nothing to do")
+        return
     database.upgrade()
-    click.echo(f"{database.safe_url}: {before or 'empty'} -> {SCHEMA_HEAD}")
+    click.echo(f"{database.safe_url}: {before.revision or 'empty'} -> {SCHEMA_HEAD}")
 
 
 @db.command()
 def current() -> None:
     """Print the database's schema revision and the one this tpuq needs."""
-    from tpuq.cli.errors import Unavailable
     from tpuq.state.db import SCHEMA_HEAD, Database
 
     database = Database(context.settings().db_url)
-    version = database.schema_version()
-    if version is None:
+    schema = database.refuse_if_too_new()
+    if schema.revision is None:
         raise Unavailable(f"{database.safe_url}: no tpuq schema, tpuq needs {SCHEMA_HEAD}: "
                           "run `tpuq db upgrade`")
-    click.echo(f"{database.safe_url}: at {version}, tpuq needs {SCHEMA_HEAD}"
-               + ("" if version == SCHEMA_HEAD else ": run `tpuq db upgrade`"))
-    if version != SCHEMA_HEAD:
+    if schema.newer_than(SCHEMA_HEAD):
+        click.echo(f"{database.safe_url}: at {schema.revision}, newer than this tpuq (schema "
+                   f"{SCHEMA_HEAD}), which it admits (tpuq of schema {schema.min_code} or later)")
+        return
+    click.echo(f"{database.safe_url}: at {schema.revision}, tpuq needs {SCHEMA_HEAD}"
+               + ("" if schema.revision == SCHEMA_HEAD else ": run `tpuq db upgrade`"))
+    if schema.revision != SCHEMA_HEAD:
         sys.exit(1)
+
+
+@db.command()
+@click.argument("revision")
+@click.option("--force", is_flag=True,
+              help="Also drop the records of ended work it lists (never open work).")
+def downgrade(revision: str, force: bool) -> None:
+    """Take the database back to schema REVISION, to go back to the tpuq release that
+    needs it (that release's `tpuq db current` names it). Stop every agent first (kill
+    -USR2: their jobs run on, and the agents started after adopt them). Refused, saying
+    why, while open work would be lost or run wrongly under the older schema (open array
+    tasks under a schema without arrays, say) or agents still run; records of ended work
+    it would drop are dropped only with --force."""
+    from tpuq.state import migrate
+    from tpuq.state.db import Database
+
+    cfg = context.settings()
+    database = Database(cfg.db_url)
+    at = _refuse_downgrade(database, revision, cfg.host_stale_s, force)
+    migrate.downgrade(database.engine, revision)
+    click.echo(f"{database.safe_url}: {at} -> {revision}; start only agents of the tpuq that "
+               f"needs schema {revision}")
+
+
+def _refuse_downgrade(database: Any, revision: str, stale_s: float, force: bool) -> str:
+    """Raise the one line that says why going down to `revision` is refused; else the
+    revision the database is at."""
+    from tpuq.protocol import Failure
+    from tpuq.state import hosts, migrate
+    from tpuq.state.db import SCHEMA_HEAD
+    from tpuq.state.versions import rank
+
+    schema = database.schema()
+    if schema.revision is None:
+        raise Unavailable(f"{database.safe_url}: no tpuq schema to downgrade")
+    if schema.newer_than(SCHEMA_HEAD):
+        raise Unavailable(f"{database.safe_url} is at schema {schema.revision}, newer than this "
+                          f"tpuq (schema {SCHEMA_HEAD}): downgrade it with the tpuq that "
+                          "upgraded it")
+    if not (revision.isdigit() and migrate.known(revision)) \
+            or rank(revision) >= rank(schema.revision):
+        raise UserError(f"{revision!r} is not a schema older than the database's "
+                        f"({schema.revision}); `tpuq db current` with the release to go back "
+                        "to names the one it needs")
+    with database.engine.connect() as c:
+        live = hosts.live_agents(c, stale_s)
+        loses, drops = migrate.downgrade_costs(c, schema.revision, revision)
+    if live:
+        raise Refused(Failure.CONFLICT, f"agents run on {', '.join(live)}: stop them first "
+                      "(kill -USR2 <agent pid> keeps their jobs running), then wait until "
+                      "`tpuq status` shows them silent or stopped")
+    if loses:
+        raise Refused(Failure.CONFLICT, f"going down to {revision} would lose "
+                      f"{'; '.join(loses)}: let that work end, or cancel it, first")
+    if drops and not force:
+        raise Refused(Failure.CONFLICT, f"going down to {revision} drops {'; '.join(drops)}: "
+                      "run again with --force to drop them")
+    return str(schema.revision)
 
 
 @click.command()

@@ -71,7 +71,15 @@ class SlotSpec:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> SlotSpec:
-        return cls(**{**d, "labels": dict(d.get("labels") or {})})
+        """A spec as `to_json` stored it; TypeError/ValueError for anything else."""
+        if not isinstance(d, Mapping):
+            raise TypeError(f"a JSON object, not {type(d).__name__}")
+        spec = cls(**{**d, "labels": dict(d.get("labels") or {})})
+        for name, kind in (("name", str), ("accelerator_type", str), ("zone", str),
+                           ("project", str), ("runtime_version", str), ("count", int)):
+            if not isinstance(getattr(spec, name), kind):
+                raise TypeError(f"{name}: not a {kind.__name__}")
+        return spec
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ attempt), without waiting for a lease.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import cast
@@ -24,6 +25,8 @@ from tpuq.state.states import Outcome
 
 PREFIX_KEY = "fleet_prefix"
 MEMBER_FIELDS = tuple(f.name for f in dataclasses.fields(Member))
+
+log = logging.getLogger(__name__)
 
 
 def now(s: Session) -> float:
@@ -87,9 +90,17 @@ def _set_prefix(s: Session, value: str) -> None:
 
 
 def specs(s: Session) -> dict[str, tuple[SlotSpec, bool]]:
-    """Every slot's spec, and whether it was removed from the fleet (its VMs go)."""
-    return {r.name: (SlotSpec.from_json(r.spec), r.removed_at is not None)
-            for r in s.scalars(select(FleetSlot))}
+    """Every slot's spec, and whether it was removed from the fleet (its VMs go). A row
+    whose spec cannot be read (written around `tpuq fleet apply`) is left out, with a
+    warning: nothing is made for it, and nothing that reads the fleet fails on it."""
+    out: dict[str, tuple[SlotSpec, bool]] = {}
+    for r in s.scalars(select(FleetSlot)):
+        try:
+            out[r.name] = (SlotSpec.from_json(r.spec), r.removed_at is not None)
+        except (TypeError, ValueError, AttributeError) as e:
+            log.warning("fleet slot %r: its stored spec cannot be read (%s): ignored; "
+                        "apply the fleet file again", r.name, e)
+    return out
 
 
 def drop_removed(s: Session, keep: set[str]) -> None:

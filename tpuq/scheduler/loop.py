@@ -29,7 +29,9 @@ from tpuq.state import attempts, deps, gangs, leader, snapshot, usage
 from tpuq.state.db import Database
 
 log = logging.getLogger("tpuq.scheduler")
-ROLE = "scheduler"
+# Releases before schema 0015 led as "scheduler"; that migration refuses the role, so their
+# agents never lead on a schema they do not know (migrations/versions/0015_code_fence.py)
+ROLE = "scheduler/2"
 # Chip-hour usage (fair share, budgets) is recomputed at most this often: it scans recent
 # attempts, and a pass runs after every finished job. Chips in use are always fresh.
 USAGE_TTL_S = 10.0
@@ -101,6 +103,8 @@ class Scheduler:
         self._usage: dict[str, usage.Usage] | None = None
         self._usage_at = float("-inf")
         self._suspects: dict[tuple[int, int], float] = {}  # expired lease -> first seen
+        # why this agent may not lead at all: its code is older than the database's schema
+        self.barred: str | None = None
 
     def run_pass(self) -> int:
         """One pass; returns how many jobs were assigned."""
@@ -158,6 +162,8 @@ class Scheduler:
 
     def keep_lease(self) -> None:
         """Take or renew the leader lease (a ticker calls this every third of its length)."""
+        if self.barred:
+            return
         asked = time.monotonic()
         with self.db.write() as s:
             leading = leader.acquire(s, ROLE, self.holder, self.settings.leader_lease_s)
@@ -173,6 +179,12 @@ class Scheduler:
         """Leading, and sure the lease has not run out since it was last renewed."""
         return self.leading and \
             time.monotonic() - self._renewed_at < self.settings.leader_lease_s
+
+    def bar(self, why: str) -> None:
+        """Never lead again (this agent's code is older than the database): give the
+        lease back now so a newer agent leads within a tick."""
+        self.barred = why
+        self.resign()
 
     def resign(self) -> bool:
         """Let go of the lease; True when this agent led (others should be told)."""

@@ -21,6 +21,7 @@
 - `queries.py`      read-only views for the CLI
 - `clock.py`        the database clock
 - `db.py`           engines, sessions, the schema gate
+- `versions.py`     which code may act on which schema (the database's minimum code)
 - `migrate.py`      Alembic driven from code
 - `outage.py`       which errors mean "database away", and retrying through them
 """

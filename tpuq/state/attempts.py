@@ -19,6 +19,7 @@ from sqlalchemy import (
     bindparam,
     delete,
     insert,
+    literal,
     literal_column,
     select,
     union_all,
@@ -27,6 +28,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 
 from tpuq.state.clock import db_now, from_now
+from tpuq.state.db import SCHEMA_HEAD
 from tpuq.state.models import Allocation, Attempt, Job
 from tpuq.state.states import ACTIVE, NOT_CHARGED, JobState, Outcome
 from tpuq.state.transitions import JOBS, Rider, transition_returning
@@ -82,8 +84,8 @@ def start(s: Session, job_id: int, attempt: int, host: str, *, boot_id: str, log
     return transition_returning(
         s, job_id, A, R, attempt=attempt, host=host, actor=AGENT, reason=f"starting on {host}",
         values={"lease_expires_at": from_now(lease_s)}, returning=START_COLUMNS,
-        riders=[_attempt_update(job_id, attempt, "started", {"boot_id": boot_id,
-                                                             "log_path": log_path})])
+        riders=[_attempt_update(job_id, attempt, "started", {
+            "boot_id": boot_id, "log_path": log_path, "code_revision": SCHEMA_HEAD})])
 
 
 # ---- riders: the attempt and chip rows written with a transition (transitions.Rider) ----
@@ -97,7 +99,9 @@ def _new_attempt(job_id: int, number: int, host: str, chips: Sequence[int]) -> R
         "number": bindparam("tq_a_number", type_=Integer),
         "host": bindparam("tq_a_host", type_=String),
         "chips": bindparam("tq_a_chips", type_=ATTEMPTS.c.chips.type),
-        "assigned_at": db_now()}
+        "assigned_at": db_now(),
+        # the code that assigns (and later starts) it: the database refuses older code's
+        "code_revision": literal(SCHEMA_HEAD, String)}
 
     def build(gate: ColumnElement[bool] | None) -> Any:
         if gate is None:

@@ -12,12 +12,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, cast
 
-from sqlalchemy import Engine, Result, create_engine, event, text
+from sqlalchemy import Engine, Result, create_engine, event
 from sqlalchemy.engine import CursorResult
 from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlalchemy.orm import Session
 
-SCHEMA_HEAD = "0014"  # the newest migration; tests check it matches Alembic's single head
+from tpuq.state import versions
+from tpuq.state.versions import Schema
+
+SCHEMA_HEAD = "0015"  # the newest migration; tests check it matches Alembic's single head
 
 
 def rows_changed(result: Result[Any]) -> int:
@@ -117,6 +120,11 @@ class Database:
     def schema_version(self) -> str | None:
         """The schema revision; None for a reachable database without tpuq's schema.
         A database that cannot be reached raises SchemaError saying why (outage.py)."""
+        return self.schema().revision
+
+    def schema(self) -> Schema:
+        """Where the database is (revision, oldest code admitted). A database that
+        cannot be reached raises SchemaError saying why (outage.py)."""
         from tpuq.state.outage import describe
 
         try:
@@ -124,29 +132,42 @@ class Database:
         except (OperationalError, ProgrammingError) as e:
             raise SchemaError(describe(e, self.safe_url)) from None
         with c:
-            try:
-                return c.execute(text("SELECT version_num FROM alembic_version")).scalar()
-            except (OperationalError, ProgrammingError):
-                return None
+            for read in (versions.read, versions.read_revision):
+                try:
+                    return read(c)
+                except (OperationalError, ProgrammingError):
+                    c.rollback()
+            return versions.Schema(None)
 
     def upgrade(self) -> None:
         from tpuq.state.migrate import upgrade
 
+        self.refuse_if_too_new()
         upgrade(self.engine)
 
+    def refuse_if_too_new(self, schema: Schema | None = None) -> Schema:
+        """Raise SchemaError when the database is newer than this code and does not
+        admit it; else its schema."""
+        schema = schema or self.schema()
+        why = schema.too_new_for(SCHEMA_HEAD, self.safe_url)
+        if why:
+            raise SchemaError(why)
+        return schema
+
     def ensure_schema(self, auto_upgrade: bool) -> None:
-        """Embedded databases upgrade themselves; team databases must be upgraded on purpose."""
-        version = self.schema_version()
-        if version == SCHEMA_HEAD:
+        """Embedded databases upgrade themselves; team databases must be upgraded on
+        purpose. A database newer than this code is used if it admits it, else refused."""
+        schema = self.refuse_if_too_new()
+        if schema.revision == SCHEMA_HEAD or schema.newer_than(SCHEMA_HEAD):
             return
         if auto_upgrade:
             self.upgrade()
             return
-        if version is None:
+        if schema.revision is None:
             raise SchemaError(f"database {self.safe_url} has no tpuq schema: "
                               "run `tpuq db upgrade` (once, for the deployment)")
-        raise SchemaError(f"database {self.safe_url} is at revision {version}, tpuq needs "
-                          f"{SCHEMA_HEAD}: run `tpuq db upgrade`")
+        raise SchemaError(f"database {self.safe_url} is at schema {schema.revision}, older "
+                          f"than this tpuq (schema {SCHEMA_HEAD}): run `tpuq db upgrade`")
 
     @property
     def safe_url(self) -> str:

@@ -14,13 +14,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, delete, select, update
+from sqlalchemy import ColumnElement, Connection, delete, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from tpuq.state.clock import db_now
-from tpuq.state.db import rows_changed
-from tpuq.state.models import Host
+from tpuq.state.db import SCHEMA_HEAD, rows_changed
+from tpuq.state.models import Host, Meta
+from tpuq.state.versions import MIN_CODE_KEY, rank
 
 
 class NameTaken(Exception):
@@ -88,9 +89,19 @@ def is_live(heartbeat_at: float | None, now: float, stale_s: float) -> bool:
     return heartbeat_at is not None and now - heartbeat_at < stale_s
 
 
-def out_of_service(row: Any, now: float, stale_s: float) -> str | None:
+def min_code_sql() -> Any:
+    """The oldest code the database admits (versions.py), as a scalar subquery."""
+    return select(Meta.value).where(Meta.key == MIN_CODE_KEY).scalar_subquery()
+
+
+def min_code(s: Session) -> str | None:
+    return s.scalar(select(min_code_sql()))
+
+
+def out_of_service(row: Any, now: float, stale_s: float, min_code: str | None) -> str | None:
     """Why a host takes no new work, in words, or None when it does. The one rule: the
-    scheduler (and its waiting reasons) and `tpuq status` both ask here."""
+    scheduler (and its waiting reasons) and `tpuq status` both ask here. `min_code`: the
+    oldest code the database admits (versions.py)."""
     if getattr(row, "lost_reason", None):
         # the fleet controller saw its VM go: its jobs were requeued at once
         return f"lost: {row.lost_reason}"
@@ -100,6 +111,12 @@ def out_of_service(row: Any, now: float, stale_s: float) -> str | None:
         # its agent died or cannot reach the database; its jobs are requeued when their
         # leases expire
         return "silent: gets no work"
+    if min_code is not None and (row.code_revision is None
+                                 or rank(row.code_revision) < rank(min_code)):
+        # it may not start jobs (migrations/versions/0015): its running ones go on
+        return (f"agent's tpuq is older than the database (schema "
+                f"{row.code_revision or 'before ' + min_code}, needs {min_code}): upgrade "
+                "tpuq on it and hand over (kill -USR2 <agent pid>)")
     if row.busy_reason:
         return f"busy: {row.busy_reason}"
     nothing = offers_nothing(getattr(row, "unavailable", None))
@@ -136,6 +153,7 @@ def register(s: Session, held: Held, holder: Holder, *, tpu_type: str | None,
               "heartbeat_at": db_now(), "busy_reason": None, "stopped_at": None,
               "machine_id": holder.machine_id, "home": holder.home,
               "agent_instance": held.instance, "lost_reason": None,
+              "code_revision": SCHEMA_HEAD,
               # (slice, worker, slice type) of a multi-host slice's worker
               "slice_name": seat[0] if seat else None, "slice_worker": seat[1] if seat else None,
               "slice_type": seat[2] if seat else None, "unavailable": unavailable or None}
@@ -162,6 +180,14 @@ def register(s: Session, held: Held, holder: Holder, *, tpu_type: str | None,
     s.execute(update(Host).where(Host.name == held.name)
               .values({k: v for k, v in values.items() if k != "name"}))
     return warning
+
+
+def live_agents(c: Connection, stale_s: float) -> list[str]:
+    """Hosts whose agent beats (at any schema since the first: plain columns)."""
+    rows = c.execute(text("SELECT name, heartbeat_at, stopped_at FROM hosts")).all()
+    now = float(c.execute(select(db_now())).scalar_one())
+    return sorted(r.name for r in rows
+                  if r.stopped_at is None and is_live(r.heartbeat_at, now, stale_s))
 
 
 def set_draining(s: Session, name: str, draining: bool) -> bool:

@@ -105,6 +105,8 @@ class Attempt(Base):
     # the total the job gave with that step, and when it should reach it (agent/outcome.py)
     checkpoint_total: Mapped[int | None] = mapped_column(BigInteger)
     eta_at: Mapped[float | None] = mapped_column(Double)
+    # the newest migration of the code that assigned, then started, it (state/versions.py)
+    code_revision: Mapped[str | None] = mapped_column(String(32))
 
 
 class JobDep(Base):
@@ -163,6 +165,8 @@ class Host(Base):
     # the fleet controller saw this host's TPU VM preempted or gone (tpuq/fleet/): it
     # gets no work until an agent registers the name again
     lost_reason: Mapped[str | None] = mapped_column(Text)
+    # the newest migration its agent's code carries (state/versions.py)
+    code_revision: Mapped[str | None] = mapped_column(String(32))
 
 
 class Allocation(Base):

@@ -53,7 +53,8 @@ QUEUED_COLUMNS = tuple(JOBS.c[n] for n in (
     "attempt", "time_limit_s", "array_id", "array_throttle", "workers"))
 HOST_COLUMNS = tuple(cast(Table, Host.__table__).c[n] for n in (
     "name", "tpu_type", "chips", "heartbeat_at", "draining", "busy_reason", "stopped_at",
-    "slice_name", "slice_worker", "slice_type", "unavailable", "lost_reason"))
+    "slice_name", "slice_worker", "slice_type", "unavailable", "lost_reason",
+    "code_revision"))
 
 
 def read(s: Session, host_stale_s: float, half_life_h: float,
@@ -64,13 +65,14 @@ def read(s: Session, host_stale_s: float, half_life_h: float,
     # the database clock and each host's booked chips come with the host rows: one round
     # trip instead of three, on every pass
     host_rows = s.execute(select(*HOST_COLUMNS, db_now().label("now"),
-                                 _booked_chips(s).label("booked"))).all()
+                                 _booked_chips(s).label("booked"),
+                                 hosts.min_code_sql().label("min_code"))).all()
     now = float(host_rows[0].now if host_rows else s.execute(select(db_now())).scalar_one())
     snap = Snapshot(now=now)
     snap.queued = list(s.execute(select(*QUEUED_COLUMNS)
                                  .where(JOBS.c.state == JobState.QUEUED.value)).all())
     for h in host_rows:
-        why = hosts.out_of_service(h, now, host_stale_s)
+        why = hosts.out_of_service(h, now, host_stale_s, h.min_code)
         member = None if h.slice_name is None else \
             (h.slice_name, h.slice_worker or 0, h.slice_type)
         snap.hosts.append((h.name, h.tpu_type, tuple(h.chips), why, member,
