@@ -148,19 +148,32 @@ def type_error(tpu_type: str) -> str | None:
     closest family), or None. Aliases are accepted (canonical)."""
     import difflib
 
-    tpu_type = canonical(tpu_type)
+    typed, tpu_type = tpu_type, canonical(tpu_type)
     fam, n = family(tpu_type), _size(tpu_type)
     if _valid(fam, n):
         return None
     families = sorted(CORE_FAMILIES | CHIP_FAMILIES)
     if fam in families:
-        return f"unknown TPU type {tpu_type!r}: {fam} types are {_examples(fam)}"
+        guess = _nearest(fam, n)
+        hint = f" (did you mean {fam}-{guess}?)" if guess else ""
+        return f"unknown TPU type {typed!r}{hint}: {fam} types are {_examples(fam)}"
     close = difflib.get_close_matches(fam, [*families, *ALIASES], n=1, cutoff=0.5)
     if close:
-        near = canonical(close[0])
-        return f"unknown TPU type {tpu_type!r} (did you mean {near}? {_examples(near)})"
-    return (f"unknown TPU type {tpu_type!r} (e.g. v4-8, v5litepod-8 (or v5e-8), v6e-8; "
+        near = family(canonical(f"{close[0]}-{n or 8}"))
+        if _valid(near, n):
+            return (f"unknown TPU type {typed!r} (did you mean {near}-{n}?): {near} "
+                    f"types are {_examples(near)}")
+        return f"unknown TPU type {typed!r} (did you mean {near}? {_examples(near)})"
+    return (f"unknown TPU type {typed!r} (e.g. v4-8, v5litepod-8 (or v5e-8), v6e-8; "
             f"families: {', '.join(families)})")
+
+
+def _nearest(fam: str, n: int | None) -> int | None:
+    """The valid size of `fam` closest to `n` (the smaller on a tie), for a hint."""
+    if n is None:
+        return None
+    sizes = [k for k in range(1, 2 * n + 9) if _valid(fam, k)]
+    return min(sizes, key=lambda k: (abs(k - n), k)) if sizes else None
 
 
 def host_chips(tpu_type: str) -> int | None:

@@ -33,7 +33,8 @@ def test_tpu7x_is_a_type_of_two_tensorcores_per_chip() -> None:
 @pytest.mark.parametrize("typed, said", [
     ("v5e-3", "v5litepod types are v5litepod-1, v5litepod-4, v5litepod-8"),
     ("v4-4", "v4 types are v4-8"),
-    ("v5litpod-8", "did you mean v5litepod?"),
+    ("v5litpod-8", "did you mean v5litepod-8?"),
+    ("v4-7", "did you mean v4-8?"),
 ])
 def test_a_wrong_size_is_answered_within_its_own_family(typed: str, said: str) -> None:
     error = type_error(typed)
