@@ -143,12 +143,13 @@ class Api:
         if fn is None:
             raise not_found(f"job {req.id} is not a function job (tpuq.client.submit(fn))")
         data = fn.result
+        whose = {"owner": row.owner, "yours": row.owner == caller.own_name}
         if data is None:
-            return ResultChunk(state=row.state)
+            return ResultChunk(state=row.state, **whose)
         start = max(0, req.offset)
         chunk = data[start:start + RESULT_CHUNK]
         return ResultChunk(state=row.state, size=len(data),
-                           data=base64.b64encode(chunk).decode())
+                           data=base64.b64encode(chunk).decode(), **whose)
 
     def list_jobs(self, req: ListJobs, caller: Caller) -> Reply:
         with self.db.read() as s:
