@@ -59,6 +59,7 @@ ENV: dict[str, str] = {
     "notify_poll_s": "TPUQ_NOTIFY_POLL_S",
     "notify_tries": "TPUQ_NOTIFY_TRIES",
     "notify_retry_s": "TPUQ_NOTIFY_RETRY_S",
+    "notify_allow": "TPUQ_NOTIFY_ALLOW",
 }
 CONFIG_ENV = "TPUQ_CONFIG"
 # settings that take one of a few words
@@ -129,6 +130,10 @@ class Settings:
     notify_poll_s: float = 2.0
     notify_tries: int = 8
     notify_retry_s: float = 30.0
+    # where notifications may go although it is this host (loopback), link-local (the
+    # metadata server) or the deployment's database or broker host: networks, addresses
+    # or host names (tpuq/destinations.py). Empty: none of those.
+    notify_allow: str = ""
 
     # ---- derived -------------------------------------------------------------------
     @property
@@ -207,7 +212,7 @@ def _coerce(name: str, raw: Any, source: str) -> Any:
             return int(raw)
     except (TypeError, ValueError):
         raise SettingsError(f"{source}: {name} must be a number, got {raw!r}") from None
-    if name == "notify_to" and isinstance(raw, list):  # a TOML list of URLs
+    if name in ("notify_to", "notify_allow") and isinstance(raw, list):  # a TOML list
         return "\n".join(map(str, raw))
     if name in CHOICES and str(raw) not in CHOICES[name]:
         words = " or ".join(repr(c) for c in CHOICES[name])
@@ -284,6 +289,13 @@ def check(s: Settings) -> str | None:
     if s.host_stale_s <= s.heartbeat_s:
         return (f"{ENV['host_stale_s']} ({s.host_stale_s:g}) must be longer than "
                 f"{ENV['heartbeat_s']} ({s.heartbeat_s:g}), or every host looks dead")
+    if s.notify_allow:
+        from tpuq.destinations import parse_allow
+
+        try:
+            parse_allow(s.notify_allow)
+        except ValueError as e:
+            return f"{ENV['notify_allow']}: {e}"
     if not 1024 <= s.port_base <= 65535 - 64:
         return f"{ENV['port_base']} must be between 1024 and {65535 - 64}, got {s.port_base}"
     return None

@@ -8,11 +8,17 @@ record the result. A destination that failed is tried again, and only it, after
 notify_retry_s, doubling, up to notify_tries times; then the row is marked failed, the
 agent's log says why and `tpuq show` shows it. The log never shows a destination's URL
 (it may hold a token), only its scheme.
+
+Each delivery runs in a courier process (agent/courier.py): there every connection is
+checked against where notifications may go (tpuq/destinations.py), and Apprise's own
+log lines, which name URLs in full, stay.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,7 +110,7 @@ class Notifier:
         for i, url in enumerate(urls):
             if i in done:
                 continue
-            error = send(url, said)
+            error = send(url, said, cfg)
             if error is None:
                 done.add(i)
             else:
@@ -125,24 +131,38 @@ class Notifier:
                         cfg.notify_tries, why, show_duration(retry))
 
 
-def send(url: str, said: Message) -> str | None:
-    """Send one message to one Apprise URL; None when it went, else why not (one line)."""
-    import apprise
+COURIER_TIMEOUT_S = 120.0
 
-    sender = apprise.Apprise()
-    if not sender.add(url):
-        return "not a notification URL Apprise knows (see `apprise --details`)"
-    heard: list[str] = []
 
-    def keep(entry: Any, _plugin: Any) -> None:
-        if str(getattr(entry, "level", "ERROR")).upper() in ("WARNING", "ERROR", "CRITICAL"):
-            heard.append(str(getattr(entry, "message", entry)))
+def send(url: str, said: Message, settings: Settings) -> str | None:
+    """Send one message to one Apprise URL through a courier process; None when it
+    went, else why not (one line, with nothing of the destination in it)."""
+    import subprocess
+    import sys
 
+    from tpuq import jobenv
+    from tpuq.destinations import own_services
+
+    order = {"url": url, "title": said.title, "body": said.body, "kind": said.kind,
+             "allow": settings.notify_allow,
+             "own": own_services(settings.database_url, settings.broker_url)}
     try:
-        ok = sender.notify(body=said.body, title=said.title, notify_type=said.kind,
-                           log_callback=keep)
-    except Exception as e:  # noqa: BLE001 - a plugin's bug must not stop the sender
-        return f"{type(e).__name__}: {e}"
-    if ok:
-        return None
-    return (heard[-1] if heard else "the destination refused it").splitlines()[0][:300]
+        done = subprocess.run(
+            [sys.executable, "-m", "tpuq.agent.courier"], input=json.dumps(order),
+            capture_output=True, text=True, timeout=COURIER_TIMEOUT_S, check=False,
+            env=_courier_env(jobenv.helper_env(os.environ)))
+    except subprocess.TimeoutExpired:
+        return f"no answer within {COURIER_TIMEOUT_S:g}s"
+    except OSError as e:
+        return f"the courier could not start: {e.strerror}"
+    try:
+        said_back = json.loads(done.stdout.splitlines()[-1])
+    except (ValueError, IndexError):
+        return f"the courier exited {done.returncode} without an answer"
+    return None if said_back.get("ok") else str(said_back.get("error"))[:300]
+
+
+def _courier_env(env: dict[str, str]) -> dict[str, str]:
+    """The agent's environment without tpuq's own (its database URL holds a password):
+    the courier needs proxies and locale, never credentials."""
+    return {k: v for k, v in env.items() if not k.startswith("TPUQ_")}

@@ -91,6 +91,7 @@ class Api:
         self.db = db
         self.here = here
         self.reasons = reasons or self._plan_reasons
+        self._rule: Any = None  # where notifications may go, once asked (destinations.Rule)
         self._handlers: dict[type[Request], Callable[[Any, Caller], Reply]] = {
             WhoAmI: self.whoami, Submit: self.submit, ListJobs: self.list_jobs,
             ShowJob: self.show, ReadLog: self.read_log, Control: self.control,
@@ -116,12 +117,30 @@ class Api:
                 raise
             return Refusal(kind=kind, error=outage.describe(e, self.db.safe_url))
 
+    def check_destinations(self, urls: str | None) -> None:
+        """SpecError (one line) for a notification destination the deployment refuses
+        (tpuq/destinations.py); the courier refuses it again when it connects."""
+        if not urls:
+            return
+        from tpuq.destinations import Refused, Rule, own_services
+
+        if self._rule is None:
+            cfg = self.settings
+            self._rule = Rule.of(cfg.notify_allow, own_services(cfg.database_url,
+                                                                cfg.broker_url))
+        for url in urls.split():
+            try:
+                self._rule.check_url(url)
+            except Refused as e:
+                raise SpecError(str(e)) from None
+
     # ---- who, and the queue ----------------------------------------------------------
     def whoami(self, req: WhoAmI, caller: Caller) -> Reply:
         return Identity(user=caller.name, admin=caller.admin)
 
     def submit(self, req: Submit, caller: Caller) -> Reply:
         spec = JobSpec.from_dict({**req.spec, "owner": caller.name})
+        self.check_destinations(spec.notify_to)
         with self.db.write() as s:
             warnings = admission.admit(s, spec, admin=caller.admin, open_team=self.settings.team)
             if req.array:
@@ -221,6 +240,7 @@ class Api:
         return Results(results=[_result(r)])
 
     def resubmit(self, req: Resubmit, caller: Caller) -> Reply:
+        self.check_destinations(req.notify_to)
         with self.db.write() as s:
             ids = list(req.ids)
             if req.failed:
