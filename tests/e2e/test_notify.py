@@ -146,7 +146,8 @@ def test_no_destination_reaches_a_log(stack, host):
 
 def courier(url: str, allow: str = "") -> dict:  # type: ignore[type-arg]
     """What the agent's courier process answers for one delivery."""
-    order = {"url": url, "title": "t", "body": "b", "kind": "info", "allow": allow, "own": []}
+    order = {"deliveries": [{"url": url, "title": "t", "body": "b", "kind": "info"}],
+             "allow": allow, "own": []}
     done = subprocess.run([sys.executable, "-m", "tpuq.agent.courier"],
                           input=json.dumps(order), capture_output=True, text=True, timeout=60)
     return json.loads(done.stdout)  # type: ignore[no-any-return]

@@ -1,7 +1,8 @@
 """One notification's delivery, in a process of its own: `python -m tpuq.agent.courier`.
 
-The agent (agent/notifier.py) hands it one destination and one message on stdin and
-reads one line back: {"ok": true} or {"error": "..."}. A process of its own because:
+The agent (agent/notifier.py) hands it destinations and messages on stdin and reads
+one line back for each, as each is done: {"ok": true} or {"error": "..."}. A process of
+its own because:
 
 - the rule of where notifications may go (tpuq/destinations.py) holds for every
   connection Apprise makes, from whichever of its threads, after DNS and redirects:
@@ -101,24 +102,32 @@ def deliver(order: dict[str, Any]) -> str | None:
     return None if ok else (heard or ["the destination refused it"])[-1]
 
 
+def answer(order: dict[str, Any], refusals: list[str]) -> dict[str, Any]:
+    """One delivery's line: sent, or why not, scrubbed of the destination."""
+    url = str(order["url"])
+    before = len(refusals)
+    try:
+        error = deliver(order)
+    except Exception as e:  # noqa: BLE001 - a plugin's bug is one line, like any failure
+        error = f"{type(e).__name__}: {e}"
+    if error is None:
+        return {"ok": True}
+    if len(refusals) > before:
+        error = refusals[-1]  # what the plugin made of the refusal says less
+    first = error.strip().splitlines()[0] if error.strip() else "?"
+    return {"error": scrub(first, url)[:MAX_ERROR]}
+
+
 def main() -> int:
     # Apprise's own log lines name destinations in full: they reach no handler
     logging.getLogger().handlers.clear()
     logging.getLogger("apprise").propagate = False
     logging.getLogger("apprise").addHandler(logging.NullHandler())
     order = json.loads(sys.stdin.read())
-    url = str(order["url"])
-    refusals: list[str] = []
-    try:
-        refusals = guard(Rule.of(order.get("allow", ""), order.get("own", [])))
-        error = deliver(order)
-    except Exception as e:  # noqa: BLE001 - a plugin's bug is one line, like any failure
-        error = f"{type(e).__name__}: {e}"
-    if error is not None and refusals:
-        error = refusals[-1]  # what the plugin made of it says less
-    line = None if error is None else scrub(error.splitlines()[0] if error else "?", url)
-    sys.stdout.write(json.dumps({"ok": True} if line is None
-                                else {"error": line[:MAX_ERROR]}) + "\n")
+    refusals = guard(Rule.of(order.get("allow", ""), order.get("own", [])))
+    for delivery in order["deliveries"]:
+        sys.stdout.write(json.dumps(answer(delivery, refusals)) + "\n")
+        sys.stdout.flush()  # an agent that stops waiting keeps what is done
     return 0
 
 

@@ -93,28 +93,29 @@ class Notifier:
                 return 0
         with self.db.write() as s:
             rows = outbox.claim(s, self.host)
-        for row in rows:
-            self._settle(row)
+        told = [(row, message(row, self.settings.notify_preempts)) for row in rows]
+        for row, said in told:
+            if said is None:
+                with self.db.write() as s:
+                    outbox.skipped(s, row.id, self.host, "nothing to tell (preemption count)")
+        owed = [(row, said, i, url) for row, said in told if said is not None
+                for i, url in enumerate((row.notify_to or "").split())
+                if str(i) not in (row.sent_to or "").split(",")]
+        errors = send_all([(url, said) for _, said, _, url in owed], self.settings)
+        for row, said in told:
+            if said is not None:
+                mine = [(i, url, err) for (r, _, i, url), err in zip(owed, errors, strict=True)
+                        if r is row]
+                self._record(row, mine)
         return len(rows)
 
-    def _settle(self, row: Any) -> None:
+    def _record(self, row: Any, tried: list[tuple[int, str, str | None]]) -> None:
+        """What became of the row's destinations tried now: (index, URL, error or None)."""
         cfg = self.settings
-        said = message(row, cfg.notify_preempts)
-        if said is None:
-            with self.db.write() as s:
-                outbox.skipped(s, row.id, self.host, "nothing to tell (preemption count)")
-            return
         urls = (row.notify_to or "").split()
         done = {int(i) for i in (row.sent_to or "").split(",") if i}
-        errors = []
-        for i, url in enumerate(urls):
-            if i in done:
-                continue
-            error = send(url, said, cfg)
-            if error is None:
-                done.add(i)
-            else:
-                errors.append(f"{scheme(url)}: {error}")
+        done |= {i for i, _, error in tried if error is None}
+        errors = [f"{scheme(url)}: {error}" for _, url, error in tried if error is not None]
         label = f"notification {row.id} (job {row.job_id} {row.event})"
         with self.db.write() as s:
             if not errors:
@@ -131,35 +132,44 @@ class Notifier:
                         cfg.notify_tries, why, show_duration(retry))
 
 
-COURIER_TIMEOUT_S = 120.0
+COURIER_S, COURIER_EACH_S = 60.0, 30.0  # a batch's time: this, plus this per delivery
 
 
-def send(url: str, said: Message, settings: Settings) -> str | None:
-    """Send one message to one Apprise URL through a courier process; None when it
-    went, else why not (one line, with nothing of the destination in it)."""
+def send_all(deliveries: list[tuple[str, Message]], settings: Settings) -> list[str | None]:
+    """Send each message to its Apprise URL through one courier process; for each, None
+    when it went, else why not (one line, with nothing of the destination in it)."""
     import subprocess
     import sys
 
     from tpuq import jobenv
     from tpuq.destinations import own_services
 
-    order = {"url": url, "title": said.title, "body": said.body, "kind": said.kind,
+    if not deliveries:
+        return []
+    order = {"deliveries": [{"url": url, "title": said.title, "body": said.body,
+                             "kind": said.kind} for url, said in deliveries],
              "allow": settings.notify_allow,
              "own": own_services(settings.database_url, settings.broker_url)}
+    limit = COURIER_S + COURIER_EACH_S * len(deliveries)
     try:
-        done = subprocess.run(
+        out = subprocess.run(
             [sys.executable, "-m", "tpuq.agent.courier"], input=json.dumps(order),
-            capture_output=True, text=True, timeout=COURIER_TIMEOUT_S, check=False,
-            env=_courier_env(jobenv.helper_env(os.environ)))
-    except subprocess.TimeoutExpired:
-        return f"no answer within {COURIER_TIMEOUT_S:g}s"
+            capture_output=True, text=True, timeout=limit, check=False,
+            env=_courier_env(jobenv.helper_env(os.environ))).stdout
+        late = "the courier ended without an answer"
+    except subprocess.TimeoutExpired as e:  # what it said before, it did
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        late = f"no answer within {limit:g}s"
     except OSError as e:
-        return f"the courier could not start: {e.strerror}"
-    try:
-        said_back = json.loads(done.stdout.splitlines()[-1])
-    except (ValueError, IndexError):
-        return f"the courier exited {done.returncode} without an answer"
-    return None if said_back.get("ok") else str(said_back.get("error"))[:300]
+        return [f"the courier could not start: {e.strerror}"] * len(deliveries)
+    answers: list[str | None] = []
+    for line in out.splitlines()[:len(deliveries)]:
+        try:
+            said_back = json.loads(line)
+        except ValueError:
+            break
+        answers.append(None if said_back.get("ok") else str(said_back.get("error"))[:300])
+    return answers + [late] * (len(deliveries) - len(answers))
 
 
 def _courier_env(env: dict[str, str]) -> dict[str, str]:
