@@ -128,12 +128,13 @@ class Client:
             return Caller(name=who.name, admin=admins.is_admin(s, who.name))
 
     def _wake_agents(self) -> None:
-        """Tell the scheduler and agents something changed; they poll if nobody hears."""
-        if self.settings.embedded:
-            return  # no agent answered on this VM's socket: none runs here
-        from tpuq.queue import bell  # redis-py alone: Celery is not imported to ring
+        """Tell the scheduler and agents something changed; they poll if nobody hears.
+        Through the database (a NOTIFY its agents listen for): a user needs no broker
+        account that could publish into Celery's queues (state/wakeups.py)."""
+        from tpuq.state import wakeups
 
-        bell.wake_agents(self.settings.broker_url)
+        if self._db is not None:
+            wakeups.ring(self._db)  # SQLite: no agent answered this VM's socket, none runs
 
 
 # ---- the Python API: functions and jobs from a notebook or a sweep driver ----------------------

@@ -36,6 +36,8 @@ from tpuq.state.db import Database
 from tpuq.state.states import JobState, Outcome, StopRequest
 
 log = logging.getLogger("tpuq.agent")
+CONSUMER_CHECK_S = 2.0  # a stopped Celery consumer is started again this soon
+ACCOUNTS_SYNC_S = 30.0  # users' broker accounts are back this soon after a Redis restart
 
 __all__ = ["Agent", "AgentError", "read_boot_id", "socket_has_agent"]
 
@@ -100,6 +102,8 @@ class Agent:
                                    on_lead=lambda: self.sched_ticker.wake())
         self.worker: Any = None  # the Celery worker, team deployment only
         self.waker: Any = None  # wakes other agents through the broker, team deployment only
+        self.listener: Any = None  # wake-ups rung in the database, team deployment only
+        self._accounts_refused = False  # this broker account may not manage ACL users
         self.tickers: list[Ticker] = []  # started together once the agent is ready
         self.sched_ticker = Ticker("scheduler", settings.poll_s, self._schedule)
         self.lead_ticker = Ticker("leader", settings.leader_lease_s / 3,
@@ -206,11 +210,18 @@ class Agent:
         recovery.recover(self.executor, self.boot_id)
         self._serve_socket()
         if not self.settings.embedded:
-            from tpuq.queue.worker import HostWorker
+            from tpuq.queue.accounts import open_to_anyone
+            from tpuq.state.wakeups import Listener
 
-            # one slot per chip (each a possible 1-chip job) plus room for wake-ups
-            self.worker = HostWorker(self, self.name, concurrency=len(self.chips) + 4).start()
+            if open_to_anyone(self.settings.broker_url):
+                log.warning("the broker lets anyone in without a password: every user can read "
+                            "every job's output and stop agents' consumers; give its default "
+                            "user a password and users their own accounts (docs/security.md)")
+            self._consume()
+            self.listener = Listener(self.db, self.wake_all).start()
             self._ship_logs()
+            self.tickers += [Ticker("consumer", CONSUMER_CHECK_S, self._consume),
+                             Ticker("broker-accounts", ACCOUNTS_SYNC_S, self._sync_accounts)]
         cfg = self.settings
         self.tickers += [
             self.lead_ticker,
@@ -243,6 +254,45 @@ class Agent:
             return
         self.sock = LocalSocketServer(path, self.api.handle).start()
 
+    def _consume(self) -> None:
+        """The Celery worker, started again if it stopped: an admin's `celery control
+        shutdown` (or a crash) must not leave the host deaf to its doorbells until a
+        restart."""
+        from tpuq.queue.worker import HostWorker
+
+        if self.stopping.is_set() or (self.worker is not None and self.worker.alive()):
+            return
+        if self.worker is not None:
+            log.warning("the Celery consumer stopped (a remote shutdown?): starting it again")
+        # one slot per chip (each a possible 1-chip job) plus room for wake-ups
+        self.worker = HostWorker(self, self.name, concurrency=len(self.chips) + 4).start()
+
+    def _sync_accounts(self) -> None:
+        """Users' broker accounts in Redis as the database has them (queue/accounts.py):
+        back within a sync after Redis restarted empty."""
+        import redis
+
+        from tpuq.queue import accounts, logstream
+        from tpuq.state import broker_accounts
+
+        if self._accounts_refused:
+            return
+        with self.db.read() as s:
+            wanted = broker_accounts.all_accounts(s)
+        try:
+            made, gone = accounts.sync(logstream.client(self.settings.broker_url), wanted)
+        except redis.exceptions.NoPermissionError:
+            self._accounts_refused = True
+            log.warning("the agents' broker account may not manage ACL users: users' broker "
+                        "accounts are not kept in Redis (docs/security.md)")
+            return
+        except redis.exceptions.ConnectionError as e:
+            log.debug("broker accounts not synced, Redis away: %s", e)
+            return
+        if made or gone:
+            log.info("broker accounts: made %s; removed %s", ", ".join(made) or "none",
+                     ", ".join(gone) or "none")
+
     def _ship_logs(self) -> None:
         """Team deployment: job output into Redis streams, for `tpuq logs` anywhere."""
         from tpuq.queue.logstream import LogShipper
@@ -251,7 +301,7 @@ class Agent:
         log_path = self.executor.log_path
 
         def ship(spec: Any, final: bool = False) -> None:  # every slice worker has a stream
-            shipper.ship(spec.job_id, spec.attempt,
+            shipper.ship(spec.owner, spec.job_id, spec.attempt,
                          log_path(spec.job_id, spec.attempt, spec.worker), final=final,
                          worker=spec.worker)
 
@@ -383,6 +433,8 @@ class Agent:
         self.shutdown()
 
     def shutdown(self) -> None:
+        if self.listener is not None:
+            self.listener.stop()
         if self.worker is not None:
             self.worker.stop()
         self.watcher.stop()

@@ -1,0 +1,56 @@
+"""users' broker accounts, and log budgets
+
+Revision ID: 0013
+Revises: 0012
+
+`broker_accounts`: each user's own Redis account (tpuq/queue/accounts.py), made by `tpuq
+user add` beside their login role and put into Redis by every agent: the name and the
+SHA-256 of its password (what Redis itself keeps). Agents read it; users do not.
+
+`log_usage`: what each owner's job logs take on each host's disk and in the broker, and
+the budget they are held to, as the agents measure it (tpuq/agent/logkeeper.py).
+Everyone reads it (`tpuq status` names who is over budget); agents write it.
+
+`hosts.disk_low`: why a host takes no work for want of disk, or NULL.
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0013"
+down_revision = "0012"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "broker_accounts",
+        sa.Column("name", sa.String(64), primary_key=True),
+        sa.Column("password_sha256", sa.String(64), nullable=False),
+        sa.Column("created_at", sa.Double, nullable=False),
+    )
+    op.create_table(
+        "log_usage",
+        sa.Column("owner", sa.String(128), primary_key=True),
+        sa.Column("place", sa.String(128), primary_key=True),
+        sa.Column("bytes", sa.BigInteger, nullable=False),
+        sa.Column("budget", sa.BigInteger, nullable=False),
+        sa.Column("updated_at", sa.Double, nullable=False),
+    )
+    with op.batch_alter_table("hosts") as batch:
+        batch.add_column(sa.Column("disk_low", sa.Text))
+    if op.get_bind().dialect.name == "postgresql":
+        op.execute("""
+REVOKE ALL ON broker_accounts, log_usage FROM PUBLIC;
+GRANT SELECT ON broker_accounts TO tpuq_agent;
+GRANT SELECT, INSERT, UPDATE, DELETE ON log_usage TO tpuq_agent;
+GRANT SELECT ON log_usage TO tpuq_user;
+""")
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("hosts") as batch:
+        batch.drop_column("disk_low")
+    op.drop_table("log_usage")
+    op.drop_table("broker_accounts")
