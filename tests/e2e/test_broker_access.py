@@ -139,3 +139,27 @@ def test_an_agents_consumer_stopped_by_an_admin_consumes_again(guarded_stack, ho
     job = stack.submit("--", "/bin/true")
     stack.wait_state(job, "succeeded")
     assert agent.proc is not None and agent.proc.poll() is None, "no restart"
+
+
+def test_output_shipped_under_the_old_stream_name_still_reads(guarded_stack, host, colleagues):
+    """An agent from before owner keys shipped `tpuq:log:<job>:<attempt>`: during an
+    upgrade the agents' and admins' account still reads it there; a user's account, which
+    may not, is told where the whole log is instead of being shown nothing as all."""
+    stack = guarded_stack
+    alice, _ = colleagues
+    stack.start_agent(host)
+    job = submit(alice, "/bin/sh", "-c", "echo shipped-long-ago")
+    stack.wait_state(job, "succeeded")
+    admin = redis.Redis.from_url(stack.redis.url)
+    new = logstream.key(alice.name, job, 1)
+    wait_for(lambda: any(b"eof" in f for _, f in admin.xrange(new)), 30, "the end shipped")
+    for _, fields in admin.xrange(new):  # as an agent of the version before wrote it
+        admin.xadd(logstream.legacy_key(job, 1), fields)
+    admin.delete(new)
+    r = stack.tpuq("logs", str(job), **LAPTOP)
+    assert r.stdout == "shipped-long-ago\n", r.stderr
+    # an attempt that ended a moment ago may still be shipping its end: asked again
+    said = wait_for(lambda: (r := alice.tpuq("logs", str(job))).stdout == "" and
+                    "output is not in Redis" in r.stderr and r.stderr, 30,
+                    "the note on what her account cannot read")
+    assert f"the whole log is tpu-a:{stack.attempts(job)[0].log_path}" in said
