@@ -60,6 +60,11 @@ ENV: dict[str, str] = {
     "notify_tries": "TPUQ_NOTIFY_TRIES",
     "notify_retry_s": "TPUQ_NOTIFY_RETRY_S",
     "notify_allow": "TPUQ_NOTIFY_ALLOW",
+    "log_keep_days": "TPUQ_LOG_KEEP_DAYS",
+    "log_budget_bytes": "TPUQ_LOG_BUDGET_BYTES",
+    "log_stream_budget_bytes": "TPUQ_LOG_STREAM_BUDGET_BYTES",
+    "disk_min_free_bytes": "TPUQ_DISK_MIN_FREE_BYTES",
+    "log_check_s": "TPUQ_LOG_CHECK_S",
 }
 CONFIG_ENV = "TPUQ_CONFIG"
 # settings that take one of a few words
@@ -109,6 +114,16 @@ class Settings:
     run_as_min_uid: int = 1000
     # one attempt's output kept on disk; what is over is dropped, and the log says so
     log_max_bytes: int = 1024**3
+    # job logs an agent keeps (agent/logkeeper.py): an ended attempt's log and its Redis
+    # stream for this many days; each user's logs on one host's disk up to this many bytes
+    # (the oldest ended attempts' go first; a running attempt's never); the ended
+    # attempts' streams one host shipped to Redis up to this many bytes; and a host with
+    # less free disk than this under TPUQ_HOME takes no work. Checked this often.
+    log_keep_days: float = 30.0
+    log_budget_bytes: int = 20 * 1024**3
+    log_stream_budget_bytes: int = 1024**3
+    disk_min_free_bytes: int = 2 * 1024**3
+    log_check_s: float = 60.0
     # a worker of a multi-host slice (pod): from the metadata server on GCP, or these
     slice_name: str = ""  # the TPU node's name; empty = from metadata, else not a slice
     slice_worker: int = -1  # this host's worker number; -1 = from metadata
@@ -275,12 +290,13 @@ def check(s: Settings) -> str | None:
     None when they can."""
     positive = ("heartbeat_s", "lease_s", "leader_lease_s", "host_stale_s", "poll_s",
                 "fair_share_half_life_h", "broker_visibility_s", "gang_start_s",
-                "notify_poll_s", "notify_tries")
+                "notify_poll_s", "notify_tries", "log_keep_days", "log_check_s")
     for name in positive:
         if getattr(s, name) <= 0:
             return f"{ENV[name]} must be positive, got {getattr(s, name):g}"
     for name in ("default_grace_s", "retry_backoff_s", "maintenance_lead_s",
-                 "notify_preempts", "notify_retry_s"):
+                 "notify_preempts", "notify_retry_s", "log_budget_bytes",
+                 "log_stream_budget_bytes", "disk_min_free_bytes"):
         if getattr(s, name) < 0:
             return f"{ENV[name]} cannot be negative, got {getattr(s, name):g}"
     if s.heartbeat_s >= s.lease_s:

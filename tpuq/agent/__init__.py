@@ -32,4 +32,5 @@
 - `functionjob.py` a function job's call written before its start, its outcome stored after
 - `workdirs.py`    a job's log and checkpoint directories, claimed per database
 - `reserve.py`     disk room kept to record outcomes when the disk fills
+- `logkeeper.py`   job logs within budgets: retention, per-user totals, streams, low disk
 """

@@ -22,6 +22,7 @@ from tpuq.agent.errors import AgentError
 from tpuq.agent.executor import Executor
 from tpuq.agent.localapi import LocalApi
 from tpuq.agent.localsock import LocalSocketServer
+from tpuq.agent.logkeeper import LogKeeper
 from tpuq.agent.metadata import MaintenanceWatcher, read_topology
 from tpuq.agent.notices import NoticePolicy
 from tpuq.agent.notifier import Notifier
@@ -117,6 +118,11 @@ class Agent:
         self.watcher = MaintenanceWatcher(settings.metadata_url or None, self.notices.on_change)
         self._pidlock: int | None = None
         self.reserve = Reserve(os.path.join(settings.home, "reserve"))
+        self.logkeeper = LogKeeper(
+            settings, db, self.name, self.executor.dirs.logs,
+            live=lambda: [(sup.spec.job_id, sup.spec.attempt)
+                          for sup in self.executor.supervisors()],
+            drop_stream=None if settings.embedded else self._drop_stream)
 
     # ---- who is told what -----------------------------------------------------------------
     def dispatch(self, host: str, job_id: int, attempt: int) -> None:
@@ -230,6 +236,7 @@ class Agent:
             Ticker("heartbeat", cfg.heartbeat_s, self._heartbeat),
             Ticker("tpu-logs", 3600, lambda: libtpu.trim_tpu_logs(cfg.tpu_logs_dir)),
             Ticker("notifier", cfg.notify_poll_s, Notifier(cfg, self.db, self.name).run_once),
+            Ticker("logs", cfg.log_check_s, self.logkeeper.run_once),
         ]
         for t in self.tickers:
             t.start()
@@ -253,6 +260,11 @@ class Agent:
             log.info("another agent answers on %s; it takes this VM's submissions", path)
             return
         self.sock = LocalSocketServer(path, self.api.handle).start()
+
+    def _drop_stream(self, owner: str, job_id: int, attempt: int, worker: int) -> None:
+        from tpuq.queue import logstream
+
+        logstream.drop(self.settings.broker_url, owner, job_id, attempt, worker)
 
     def _consume(self) -> None:
         """The Celery worker, started again if it stopped: an admin's `celery control
@@ -321,8 +333,11 @@ class Agent:
             self.scheduler.run_pass()
 
     def _heartbeat(self) -> None:
+        disk_low = self.logkeeper.disk_low()
         with self.db.write() as s:
             mine = self.held.heartbeat(s)
+            if mine:
+                self.held.set_disk_low(s, disk_low)
         if not mine:
             self._lose_name()
             return

@@ -63,6 +63,7 @@ from tpuq.state import (
     history,
     hosts,
     jobs,
+    logusage,
     outage,
     outbox,
     queries,
@@ -153,6 +154,8 @@ class Api:
                 functions.store_payload(s, tasks[0], _function_payload(req, spec))
             for task in tasks:
                 deps.add(s, task, req.after, req.after_any)
+            warnings += [f"warning: {views.budget_object(r)['says']}"
+                         for r in logusage.over_budget(s, caller.name)]
         return Submitted(id=tasks[0], tasks=tasks if req.array else [], warnings=warnings)
 
     def read_result(self, req: ReadResult, caller: Caller) -> Reply:
@@ -178,11 +181,15 @@ class Api:
             host_rows = queries.hosts_with_jobs(s)
             now = queries.now(s)
             current = queries.current_attempts(s, rows)
+            over: dict[str, list[dict[str, Any]]] = {}
+            for r in logusage.over_budget(s):
+                over.setdefault(r.place, []).append(views.budget_object(r))
         reasons = self.reasons() if any(r.state == "queued" for r in rows) else {}
         stale = self.settings.host_stale_s
         return JobList(jobs=[views.job_object(r, caller, waiting=reasons.get(r.id),
                                               current=current.get(r.id)) for r in rows],
-                       hosts=[views.host_object(h, j, now, stale) for h, j in host_rows], now=now)
+                       hosts=[views.host_object(h, j, now, stale, over.get(h.name))
+                              for h, j in host_rows], now=now)
 
     def show(self, req: ShowJob, caller: Caller) -> Reply:
         with self.db.read() as s:
@@ -194,6 +201,7 @@ class Api:
             events = queries.events_of(s, req.id)
             gang = gangs.workers_of(s, [req.id]).get(req.id, [])
             told = outbox.of_jobs(s, [req.id]).get(req.id, [])
+            over = [views.budget_object(r) for r in logusage.over_budget(s, row.owner)]
         waiting = self.reasons().get(req.id) if row.state == "queued" else None
         obj = views.job_object(row, caller, env=env, waiting=waiting)
         obj["attempt_list"] = [views.attempt_object(a) for a in atts]
@@ -201,6 +209,7 @@ class Api:
             obj["worker_list"] = [views.worker_object(w) for w in gang]
         obj["events"] = [views.event_object(e) for e in events]
         obj["notifications"] = [views.notification_object(n) for n in told]
+        obj["logs_over_budget"] = over
         return JobDetail(job=obj)
 
     def read_log(self, req: ReadLog, caller: Caller) -> Reply:

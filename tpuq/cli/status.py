@@ -218,7 +218,9 @@ def _view(jobs: list[dict[str, Any]], hosts: list[dict[str, Any]], now: float,
     top = _jobs_table(jobs, now, columns) if jobs else Text("no jobs")
     bottom = _hosts_table(hosts, now) if hosts else \
         Text("no hosts: start one with `tpuq agent`")
-    return Group(top, Text(""), bottom)
+    over = [Text(f"logs over budget: {o['says']}") for h in hosts
+            for o in h.get("logs_over_budget") or ()]
+    return Group(top, Text(""), bottom, *over)
 
 
 CAPS = {"NAME": 28, "USER": 16, "TEAM": 16, "HOST": 20, "PROGRESS": 30, "COMMAND": 60,

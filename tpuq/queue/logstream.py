@@ -67,6 +67,11 @@ def legacy_key(job_id: int, attempt: int, worker: int | None = None) -> str:
     return f"tpuq:log:{job_id}:{attempt}:w{worker}" if worker else f"tpuq:log:{job_id}:{attempt}"
 
 
+def drop(url: str, owner: str, job_id: int, attempt: int, worker: int | None = None) -> None:
+    """Remove an attempt's stream (and one an agent from before owner keys shipped)."""
+    client(url).delete(key(owner, job_id, attempt, worker), legacy_key(job_id, attempt, worker))
+
+
 Log = tuple[str, int, int, int]  # owner, job id, attempt, worker (0: single host, worker 0)
 
 

@@ -13,6 +13,7 @@
 - `snapshot.py`     what one scheduler pass reads
 - `teams.py`        teams, members, limits
 - `outbox.py`       notifications to send: claimed, sent, retried, given up
+- `logusage.py`     what each owner's job logs take, host by host, and who is over budget
 - `functions.py`    function jobs: the pickled call, the pickled outcome
 - `admins.py`       who may change anyone's jobs; who a PostgreSQL session is
 - `roles.py`        PostgreSQL login roles for users and agents

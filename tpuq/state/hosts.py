@@ -62,6 +62,11 @@ class Held:
         s.execute(update(Host).where(self._mine(), Host.busy_reason.is_distinct_from(reason))
                   .values(busy_reason=reason))
 
+    def set_disk_low(self, s: Session, reason: str | None) -> None:
+        """Why the host takes no work for want of disk (its agent measures), or None."""
+        s.execute(update(Host).where(self._mine(), Host.disk_low.is_distinct_from(reason))
+                  .values(disk_low=reason))
+
     def stopped(self, s: Session) -> None:
         s.execute(update(Host).where(self._mine()).values(stopped_at=db_now()))
 
@@ -83,6 +88,8 @@ def out_of_service(row: Any, now: float, stale_s: float) -> str | None:
         return "silent: gets no work"
     if row.busy_reason:
         return f"busy: {row.busy_reason}"
+    if row.disk_low:
+        return str(row.disk_low)
     if row.draining:
         return "draining"
     return None
@@ -110,6 +117,7 @@ def register(s: Session, held: Held, holder: Holder, *, tpu_type: str | None,
     values = {"name": held.name, "tpu_type": tpu_type, "chips": list(chips),
               "boot_id": boot_id, "agent_pid": agent_pid, "started_at": db_now(),
               "heartbeat_at": db_now(), "busy_reason": None, "stopped_at": None,
+              "disk_low": None,
               "machine_id": holder.machine_id, "home": holder.home,
               "agent_instance": held.instance,
               # (slice, worker, slice type) of a multi-host slice's worker
