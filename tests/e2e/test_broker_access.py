@@ -18,7 +18,7 @@ import redis
 
 from tests.e2e.test_team import LAPTOP
 from tests.harness import TPUQ, Stack, wait_for
-from tpuq.queue import logstream
+from tpuq.queue import accounts, logstream
 from tpuq.state import roles
 
 CELERY = [sys.executable, "-m", "celery", "-A", "tpuq.queue.app"]
@@ -89,6 +89,11 @@ def test_a_users_broker_account_reads_their_own_output_and_nothing_else(
     assert "comes from tpu-a's log stream" in r.stderr
     r = alice.tpuq("logs", str(his))
     assert r.returncode == 4 and "only its owner or an admin may read it" in r.stderr
+    wrong = User(alice.name, {**alice.env, "TPUQ_BROKER_URL": accounts.user_url(
+        stack.redis.url, alice.name, "not-her-password")})
+    r = wrong.tpuq("logs", str(hers))
+    assert r.returncode == 0 and "attempt 1's output cannot be read from the broker (" in \
+        r.stderr and "the whole log is tpu-a:" in r.stderr and "Traceback" not in r.stderr
 
     own = redis.Redis.from_url(alice.env["TPUQ_BROKER_URL"])
     admin = redis.Redis.from_url(stack.redis.url)

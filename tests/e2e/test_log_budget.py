@@ -31,6 +31,9 @@ def test_a_users_logs_stay_within_the_budget_and_a_running_jobs_are_kept(stack, 
     logs = [Path(a.log_path) for a in stack.attempts(looping)]
     wait_for(lambda: [p.exists() for p in logs] == [False, False, True, True], 30,
              "the two oldest attempts' logs removed, the newest two kept (1.6 MB of 2 MB)")
+    r = stack.tpuq("logs", str(looping), "--attempt", "1")
+    assert r.stdout == "" and f"attempt 1's log is no longer kept ({host.name}:{logs[0]})" \
+        in r.stderr, r.stderr
     if stack.deployment == "team":
         wait_for(lambda: sorted(streams(stack, looping)) == sorted(
             f"tpuq:logs:tester:{looping}:{n}".encode() for n in (3, 4)), 30,

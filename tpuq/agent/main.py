@@ -105,6 +105,7 @@ class Agent:
         self.waker: Any = None  # wakes other agents through the broker, team deployment only
         self.listener: Any = None  # wake-ups rung in the database, team deployment only
         self._accounts_refused = False  # this broker account may not manage ACL users
+        self._disk_low_said: str | None = ""  # what the host row says ("": not yet written)
         self.tickers: list[Ticker] = []  # started together once the agent is ready
         self.sched_ticker = Ticker("scheduler", settings.poll_s, self._schedule)
         self.lead_ticker = Ticker("leader", settings.leader_lease_s / 3,
@@ -336,8 +337,10 @@ class Agent:
         disk_low = self.logkeeper.disk_low()
         with self.db.write() as s:
             mine = self.held.heartbeat(s)
-            if mine:
+            if mine and disk_low != self._disk_low_said:  # a write only when it changes
                 self.held.set_disk_low(s, disk_low)
+        if mine:
+            self._disk_low_said = disk_low
         if not mine:
             self._lose_name()
             return

@@ -117,6 +117,11 @@ class _Reader:
                 data = f.read(self.budget)
                 at_end = not f.read(1)
         except OSError:  # never started, or its file is gone
+            if a.log_path and a.ended_at is not None:
+                self.notes.append(f"attempt {a.number}'s log is no longer kept ({a.host}:"
+                                  f"{a.log_path}): ended attempts' logs go after "
+                                  "TPUQ_LOG_KEEP_DAYS, or when their owner's are over "
+                                  "TPUQ_LOG_BUDGET_BYTES")
             return a.ended_at is not None
         if data:
             self._add(a, data, "file")
@@ -124,6 +129,17 @@ class _Reader:
         return a.ended_at is not None and at_end
 
     def _stream(self, a: Any, key: str, pos: str) -> bool:
+        import redis
+
+        try:
+            return self._stream_read(a, key, pos)
+        except redis.exceptions.RedisError as e:  # away, or this account is not let in
+            why = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+            self.notes.append(f"attempt {a.number}'s output cannot be read from the broker "
+                              f"({why}); the whole log is {a.host}:{a.log_path}")
+            return True
+
+    def _stream_read(self, a: Any, key: str, pos: str) -> bool:
         from tpuq.queue import logstream
 
         last, expected = "0-0", 0

@@ -12,7 +12,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from tpuq.state.clock import db_now
-from tpuq.state.models import Attempt, GangWorker, Job, LogUsage
+from tpuq.state.models import Attempt, GangWorker, Host, Job, LogUsage
 
 USAGE = cast(Table, LogUsage.__table__)
 
@@ -34,17 +34,15 @@ def record(s: Session, place: str, usage: Mapping[str, int], budget: int) -> Non
 
 
 def over_budget(s: Session, owner: str | None = None) -> list[Any]:
-    """(owner, place, bytes, budget) of every place where an owner's logs (`owner`'s
-    only, if given) take more than their budget, by owner and place."""
+    """(owner, place, bytes, budget) of every host where an owner's logs (`owner`'s
+    only, if given) take more than their budget, by owner and place. A host an admin
+    forgot (`tpuq host forget`) has no say any more."""
     q = select(USAGE.c.owner, USAGE.c.place, USAGE.c.bytes, USAGE.c.budget).where(
-        USAGE.c.bytes > USAGE.c.budget)
+        USAGE.c.bytes > USAGE.c.budget, USAGE.c.place.in_(select(Host.name)))
     if owner is not None:
         q = q.where(USAGE.c.owner == owner)
     return list(s.execute(q.order_by(USAGE.c.owner, USAGE.c.place)))
 
-
-def forget_place(s: Session, place: str) -> None:
-    s.execute(delete(USAGE).where(USAGE.c.place == place))
 
 
 def logs_of(s: Session, job_ids: list[int]

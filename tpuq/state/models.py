@@ -281,8 +281,8 @@ class BrokerAccount(Base):
 
 
 class LogUsage(Base):
-    """What one owner's job logs take in one place (a host's disk, or the broker), as
-    that place's agent last measured, beside the budget it holds them to."""
+    """What one owner's job logs take on one host's disk (`place`: the host), as its
+    agent last measured, beside the budget it holds them to."""
 
     __tablename__ = "log_usage"
 
