@@ -138,9 +138,9 @@ def test_an_agents_consumer_stopped_by_an_admin_consumes_again(guarded_stack, ho
     # a worker that shuts down sends no reply: the command says no node replied
     subprocess.run([*CELERY, "control", "shutdown", "-d", "tpuq@tpu-a", "--timeout", "1"],
                    env=stack.env(), capture_output=True, text=True, timeout=60)
-    wait_for(lambda: "Celery consumer stopped" in agent.log_since_start(), 30,
-             "the agent to see its consumer stopped", on_timeout=agent.log_tail)
     wait_for(lambda: ping(stack), 30, "the consumer to answer again", on_timeout=agent.log_tail)
+    log = agent.log_since_start()
+    assert "Got shutdown from remote" in log and "Celery consumer stopped" in log, log
     job = stack.submit("--", "/bin/true")
     stack.wait_state(job, "succeeded")
     assert agent.proc is not None and agent.proc.poll() is None, "no restart"
@@ -168,3 +168,19 @@ def test_output_shipped_under_the_old_stream_name_still_reads(guarded_stack, hos
                     "output is not in Redis" in r.stderr and r.stderr, 30,
                     "the note on what her account cannot read")
     assert f"the whole log is tpu-a:{stack.attempts(job)[0].log_path}" in said
+
+
+def test_revoking_a_user_takes_their_broker_account_and_granting_makes_a_new_one(
+        guarded_stack, colleagues):
+    stack = guarded_stack
+    _, bob = colleagues
+    his = redis.Redis.from_url(bob.env["TPUQ_BROKER_URL"])
+    assert his.ping()
+    his.close()
+    stack.tpuq("user", "revoke", bob.name)
+    with pytest.raises(redis.exceptions.AuthenticationError):
+        redis.Redis.from_url(bob.env["TPUQ_BROKER_URL"]).ping()
+    out = stack.tpuq("user", "grant", bob.name).stdout
+    url = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)["broker_url"]
+    assert url != bob.env["TPUQ_BROKER_URL"], "a new password, shown once"
+    assert redis.Redis.from_url(url).xrange(logstream.key(bob.name, 1, 1)) == []
