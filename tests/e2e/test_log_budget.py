@@ -12,7 +12,9 @@ from pathlib import Path
 from tests.harness import wait_for
 
 BUDGET = 2_000_000
-KEEPER = {"TPUQ_LOG_CHECK_S": "0.3", "TPUQ_LOG_BUDGET_BYTES": str(BUDGET)}
+# and in Redis (team), the ended attempts' streams of a host: one of them
+KEEPER = {"TPUQ_LOG_CHECK_S": "0.3", "TPUQ_LOG_BUDGET_BYTES": str(BUDGET),
+          "TPUQ_LOG_STREAM_BUDGET_BYTES": "1000000"}
 WRITE = "head -c 800000 /dev/zero | tr '\\0' x"  # 800 kB of output
 
 
@@ -35,9 +37,10 @@ def test_a_users_logs_stay_within_the_budget_and_a_running_jobs_are_kept(stack, 
     assert r.stdout == "" and f"attempt 1's log is no longer kept ({host.name}:{logs[0]})" \
         in r.stderr, r.stderr
     if stack.deployment == "team":
-        wait_for(lambda: sorted(streams(stack, looping)) == sorted(
-            f"tpuq:logs:tester:{looping}:{n}".encode() for n in (3, 4)), 30,
-            "the removed attempts' streams gone from Redis")
+        wait_for(lambda: streams(stack, looping) == [f"tpuq:logs:tester:{looping}:4".encode()],
+                 30, "the removed attempts' streams gone from Redis, and attempt 3's: over "
+                 "the host's stream budget (its file stays)")
+        assert logs[2].exists()
 
     gate = tmp_path / "gate"
     big = stack.submit("--", "sh", "-c", f"{WRITE}; {WRITE}; {WRITE}; "
