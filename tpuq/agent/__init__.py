@@ -26,6 +26,8 @@
 - `localsock.py`   the Unix socket server (bytes <-> typed messages, SO_PEERCRED)
 - `localapi.py`    what the agent does for a request from its own VM
 - `tickers.py`     small guarded periodic duties
+- `teamlink.py`    team deployment: the Celery consumer (restarted if stopped), wake-ups
+                   from the database, log shipping, users' broker accounts
 - `notifier.py`    tells owners what became of their jobs (the outbox's sender)
 - `courier.py`     one notification's delivery (Apprise) in a process of its own, where
                    every connection is checked against where notifications may go

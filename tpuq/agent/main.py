@@ -28,6 +28,7 @@ from tpuq.agent.notices import NoticePolicy
 from tpuq.agent.notifier import Notifier
 from tpuq.agent.reserve import Reserve
 from tpuq.agent.signals import StopSignals
+from tpuq.agent.teamlink import TeamLink
 from tpuq.agent.tickers import Ticker
 from tpuq.scheduler.loop import Scheduler
 from tpuq.settings import Settings
@@ -37,8 +38,6 @@ from tpuq.state.db import Database
 from tpuq.state.states import JobState, Outcome, StopRequest
 
 log = logging.getLogger("tpuq.agent")
-CONSUMER_CHECK_S = 2.0  # a stopped Celery consumer is started again this soon
-ACCOUNTS_SYNC_S = 30.0  # users' broker accounts are back this soon after a Redis restart
 
 __all__ = ["Agent", "AgentError", "read_boot_id", "socket_has_agent"]
 
@@ -101,10 +100,10 @@ class Agent:
         # own lease at once, and only one agent holds a host name (hosts.register)
         self.scheduler = Scheduler(db, settings, self.name, dispatch=self.dispatch,
                                    on_lead=lambda: self.sched_ticker.wake())
-        self.worker: Any = None  # the Celery worker, team deployment only
         self.waker: Any = None  # wakes other agents through the broker, team deployment only
-        self.listener: Any = None  # wake-ups rung in the database, team deployment only
-        self._accounts_refused = False  # this broker account may not manage ACL users
+        # consumer, wake-up listener, log shipping, broker accounts: team deployment only
+        self.team = None if settings.embedded else TeamLink(
+            settings, db, self.executor, self, self.wake_all, self.stopping.is_set)
         self._disk_low_said: str | None = ""  # what the host row says ("": not yet written)
         self.tickers: list[Ticker] = []  # started together once the agent is ready
         self.sched_ticker = Ticker("scheduler", settings.poll_s, self._schedule)
@@ -123,7 +122,7 @@ class Agent:
             settings, db, self.name, self.executor.dirs.logs,
             live=lambda: [(sup.spec.job_id, sup.spec.attempt)
                           for sup in self.executor.supervisors()],
-            drop_stream=None if settings.embedded else self._drop_stream)
+            drop_stream=None if self.team is None else self.team.drop_stream)
 
     # ---- who is told what -----------------------------------------------------------------
     def dispatch(self, host: str, job_id: int, attempt: int) -> None:
@@ -216,19 +215,8 @@ class Agent:
         self.executor.keepers.start()
         recovery.recover(self.executor, self.boot_id)
         self._serve_socket()
-        if not self.settings.embedded:
-            from tpuq.queue.accounts import open_to_anyone
-            from tpuq.state.wakeups import Listener
-
-            if open_to_anyone(self.settings.broker_url):
-                log.warning("the broker lets anyone in without a password: every user can read "
-                            "every job's output and stop agents' consumers; give its default "
-                            "user a password and users their own accounts (docs/security.md)")
-            self._consume()
-            self.listener = Listener(self.db, self.wake_all).start()
-            self._ship_logs()
-            self.tickers += [Ticker("consumer", CONSUMER_CHECK_S, self._consume),
-                             Ticker("broker-accounts", ACCOUNTS_SYNC_S, self._sync_accounts)]
+        if self.team is not None:
+            self.tickers += self.team.start()
         cfg = self.settings
         self.tickers += [
             self.lead_ticker,
@@ -261,73 +249,6 @@ class Agent:
             log.info("another agent answers on %s; it takes this VM's submissions", path)
             return
         self.sock = LocalSocketServer(path, self.api.handle).start()
-
-    def _drop_stream(self, owner: str, job_id: int, attempt: int, worker: int) -> None:
-        from tpuq.queue import logstream
-
-        logstream.drop(self.settings.broker_url, owner, job_id, attempt, worker)
-
-    def _consume(self) -> None:
-        """The Celery worker, started again if it stopped: an admin's `celery control
-        shutdown` (or a crash) must not leave the host deaf to its doorbells until a
-        restart."""
-        from tpuq.queue.worker import HostWorker
-
-        if self.stopping.is_set() or (self.worker is not None and self.worker.alive()):
-            return
-        if self.worker is not None:
-            log.warning("the Celery consumer stopped (a remote shutdown?): starting it again")
-        # one slot per chip (each a possible 1-chip job) plus room for wake-ups
-        self.worker = HostWorker(self, self.name, concurrency=len(self.chips) + 4).start()
-
-    def _sync_accounts(self) -> None:
-        """Users' broker accounts in Redis as the database has them (queue/accounts.py):
-        back within a sync after Redis restarted empty."""
-        import redis
-
-        from tpuq.queue import accounts, logstream
-        from tpuq.state import broker_accounts
-
-        if self._accounts_refused:
-            return
-        with self.db.read() as s:
-            wanted = broker_accounts.all_accounts(s)
-        try:
-            made, gone = accounts.sync(logstream.client(self.settings.broker_url), wanted)
-        except redis.exceptions.NoPermissionError:
-            self._accounts_refused = True
-            log.warning("the agents' broker account may not manage ACL users: users' broker "
-                        "accounts are not kept in Redis (docs/security.md)")
-            return
-        except redis.exceptions.ConnectionError as e:
-            log.debug("broker accounts not synced, Redis away: %s", e)
-            return
-        if made or gone:
-            log.info("broker accounts: made %s; removed %s", ", ".join(made) or "none",
-                     ", ".join(gone) or "none")
-
-    def _ship_logs(self) -> None:
-        """Team deployment: job output into Redis streams, for `tpuq logs` anywhere."""
-        from tpuq.queue.logstream import LogShipper
-
-        shipper = LogShipper(self.settings.broker_url)
-        log_path = self.executor.log_path
-
-        def ship(spec: Any, final: bool = False) -> None:  # every slice worker has a stream
-            shipper.ship(spec.owner, spec.job_id, spec.attempt,
-                         log_path(spec.job_id, spec.attempt, spec.worker), final=final,
-                         worker=spec.worker)
-
-        def tick() -> None:
-            for sup in self.executor.supervisors():
-                ship(sup.spec)
-            shipper.ship_unfinished()
-
-        def final(sup: Any) -> None:
-            ship(sup.spec, final=True)
-
-        self.executor.end_hooks.append(final)
-        self.tickers.append(Ticker("log-shipper", 0.5, tick))
 
     def _schedule(self) -> None:
         if not self.stopping.is_set():
@@ -451,10 +372,8 @@ class Agent:
         self.shutdown()
 
     def shutdown(self) -> None:
-        if self.listener is not None:
-            self.listener.stop()
-        if self.worker is not None:
-            self.worker.stop()
+        if self.team is not None:
+            self.team.stop()
         self.watcher.stop()
         for t in self.tickers:
             t.stop()
