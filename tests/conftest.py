@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,11 +37,23 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
         server.stop()
 
 
-def _team_stack(request: pytest.FixtureRequest, home: Path, pg: str | None = None) -> Stack:
+@pytest.fixture
+def guarded_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A private Redis as a team deployment runs it: its default user (the agents' and
+    admins' account) has a password; users get accounts of their own (`tpuq user add`)."""
+    server = RedisServer(tmp_path / "redis-guarded", password=uuid.uuid4().hex).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _team_stack(request: pytest.FixtureRequest, home: Path, pg: str | None = None,
+                redis_fixture: str = "redis_server") -> Stack:
     """The team deployment: PostgreSQL (a fresh database on the machine's server unless
     `pg` names another) and a private Redis, upgraded and ready for agents."""
     pg = pg or request.getfixturevalue("pg_url")
-    redis = request.getfixturevalue("redis_server")
+    redis = request.getfixturevalue(redis_fixture)
     s = Stack(home=home, extra={"TPUQ_DATABASE_URL": pg, "TPUQ_BROKER_URL": redis.url})
     s.tpuq("db", "upgrade")
     s.redis = redis  # type: ignore[attr-defined]
@@ -80,6 +93,16 @@ def open_stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
 @pytest.fixture
 def team_stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Stack]:
     s = _team_stack(request, tmp_path / "home")
+    try:
+        yield s
+    finally:
+        s.cleanup()
+
+
+@pytest.fixture
+def guarded_stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Stack]:
+    """`team_stack` whose broker lets in only the agents' account and users' own."""
+    s = _team_stack(request, tmp_path / "home", redis_fixture="guarded_redis")
     try:
         yield s
     finally:

@@ -33,9 +33,10 @@ def free_port() -> int:
 class RedisServer:
     """A real redis-server we own: start, stop (kill -9), start again on the same port."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, password: str = "") -> None:
         self.port = free_port()
         self.workdir = workdir
+        self.password = password  # the default user's (requirepass), as a deployment sets
         self.proc: subprocess.Popen[bytes] | None = None
         binary = shutil.which("redis-server")
         if binary is None:
@@ -44,13 +45,16 @@ class RedisServer:
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        """The default user's URL: the agents' and admins' account."""
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def start(self) -> RedisServer:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
             [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(self.workdir)],
+             "--appendonly", "no", "--dir", str(self.workdir),
+             *(["--requirepass", self.password] if self.password else [])],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         assert self.proc.stdout is not None
         for line in self.proc.stdout:  # wait for the server to say it is ready

@@ -121,16 +121,20 @@ class Client:
         with db.read() as s:
             who = admins.session_user(s)
             if who is None or who.privileged:
-                return Caller(name=self.settings.user_name, admin=True)
+                from tpuq.users import name_of
+
+                return Caller(name=self.settings.user_name, admin=True,
+                              account=name_of(os.geteuid()))
             return Caller(name=who.name, admin=admins.is_admin(s, who.name))
 
     def _wake_agents(self) -> None:
-        """Tell the scheduler and agents something changed; they poll if nobody hears."""
-        if self.settings.embedded:
-            return  # no agent answered on this VM's socket: none runs here
-        from tpuq.queue import bell  # redis-py alone: Celery is not imported to ring
+        """Tell the scheduler and agents something changed; they poll if nobody hears.
+        Through the database (a NOTIFY its agents listen for): a user needs no broker
+        account that could publish into Celery's queues (state/wakeups.py)."""
+        from tpuq.state import wakeups
 
-        bell.wake_agents(self.settings.broker_url)
+        if self._db is not None:
+            wakeups.ring(self._db)  # SQLite: no agent answered this VM's socket, none runs
 
 
 # ---- the Python API: functions and jobs from a notebook or a sweep driver ----------------------
@@ -276,11 +280,22 @@ class Job:
 
     def result(self, timeout: float | None = None) -> Any:
         """The function's value once the job ended; its exception (with the remote
-        traceback as a note) if it raised; JobError if it gave neither."""
+        traceback as a note) if it raised; JobError if it gave neither.
+
+        Only the job's owner, by their own account, gets it: a pickle runs code of
+        whoever wrote it when it is loaded, so another account (an admin, root acting as
+        anyone) is refused with ClientError and may take the bytes, unopened, from
+        `result_bytes()`.
+        """
         import cloudpickle
 
         state = self.wait(timeout)
-        data = self._read_result()
+        data, owner, yours = self._read_result()
+        if data is not None and not yours:
+            raise ClientError(Failure.FORBIDDEN, (
+                f"job {self.id} is {owner}'s: loading its result would run code its job "
+                f"wrote, as you; only {owner} loads it (`Job({self.id}).result_bytes()` "
+                "gives the pickled bytes, unopened)"))
         if data is None:
             info = self.info()
             raise JobError(self.id, state, f"job {self.id} {state} without a result: "
@@ -301,7 +316,17 @@ class Job:
             raise exc
         raise JobError(self.id, state, f"job {self.id} raised:\n{remote}")
 
-    def _read_result(self) -> bytes | None:
+    def result_bytes(self, timeout: float | None = None) -> bytes | None:
+        """The job's pickled outcome as stored, never unpickled (None when no attempt
+        stored one): ("ok", value) or ("error", exception, traceback), cloudpickled.
+        For an admin looking at another account's result: load it only in a process
+        of that account's (`sudo -u OWNER`), never as yourself."""
+        self.wait(timeout)
+        return self._read_result()[0]
+
+    def _read_result(self) -> tuple[bytes | None, str, bool]:
+        """The stored outcome (None: none yet), whose job it is, and whether it is the
+        caller's own (ResultChunk.yours)."""
         import base64
 
         from tpuq.protocol import ReadResult, ResultChunk
@@ -310,10 +335,10 @@ class Job:
         while True:
             chunk = self._ask(ReadResult(id=self.id, offset=len(out)), ResultChunk)
             if chunk.size < 0:
-                return None
+                return None, chunk.owner, chunk.yours
             out += base64.b64decode(chunk.data)
             if len(out) >= chunk.size or not chunk.data:
-                return out
+                return out, chunk.owner, chunk.yours
 
     def cancel(self) -> None:
         from tpuq.protocol import Action, Control, Results

@@ -397,12 +397,16 @@ class Failure(str, Enum):
 
 class ResultChunk(Reply):
     """`data` (base64): bytes of the outcome from the offset asked; `size`: all of it
-    (-1: no attempt has stored one yet); `state`: the job's."""
+    (-1: no attempt has stored one yet); `state`: the job's; `owner`: whose job it is;
+    `yours`: whether the caller is that owner by its own account (not by a name it acts
+    under), the only caller who may unpickle it (client.Job.result)."""
 
     NAME: ClassVar[str] = "result"
     state: str = ""
     size: int = -1
     data: str = ""
+    owner: str = ""
+    yours: bool = False
 
 
 class Refusal(Reply):

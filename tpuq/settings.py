@@ -74,6 +74,12 @@ ENV: dict[str, str] = {
     "fleet_agent_database_url": "TPUQ_FLEET_AGENT_DATABASE_URL",
     "fleet_pip_spec": "TPUQ_FLEET_PIP_SPEC",
     "fleet_startup_script": "TPUQ_FLEET_STARTUP_SCRIPT",
+    "notify_allow": "TPUQ_NOTIFY_ALLOW",
+    "log_keep_days": "TPUQ_LOG_KEEP_DAYS",
+    "log_budget_bytes": "TPUQ_LOG_BUDGET_BYTES",
+    "log_stream_budget_bytes": "TPUQ_LOG_STREAM_BUDGET_BYTES",
+    "disk_min_free_bytes": "TPUQ_DISK_MIN_FREE_BYTES",
+    "log_check_s": "TPUQ_LOG_CHECK_S",
 }
 CONFIG_ENV = "TPUQ_CONFIG"
 # settings that take one of a few words
@@ -123,6 +129,16 @@ class Settings:
     run_as_min_uid: int = 1000
     # one attempt's output kept on disk; what is over is dropped, and the log says so
     log_max_bytes: int = 1024**3
+    # job logs an agent keeps (agent/logkeeper.py): an ended attempt's log and its Redis
+    # stream for this many days; each user's logs on one host's disk up to this many bytes
+    # (the oldest ended attempts' go first; a running attempt's never); the ended
+    # attempts' streams one host shipped to Redis up to this many bytes; and a host with
+    # less free disk than this under TPUQ_HOME takes no work. Checked this often.
+    log_keep_days: float = 30.0
+    log_budget_bytes: int = 20 * 1024**3
+    log_stream_budget_bytes: int = 1024**3
+    disk_min_free_bytes: int = 2 * 1024**3
+    log_check_s: float = 60.0
     # a worker of a multi-host slice (pod): from the metadata server on GCP, or these
     slice_name: str = ""  # the TPU node's name; empty = from metadata, else not a slice
     slice_worker: int = -1  # this host's worker number; -1 = from metadata
@@ -175,6 +191,10 @@ class Settings:
     fleet_agent_database_url: str = ""
     fleet_pip_spec: str = ""
     fleet_startup_script: str = ""
+    # where notifications may go although it is this host (loopback), link-local (the
+    # metadata server) or the deployment's database or broker host: networks, addresses
+    # or host names (tpuq/destinations.py). Empty: none of those.
+    notify_allow: str = ""
 
     # ---- derived -------------------------------------------------------------------
     @property
@@ -253,7 +273,7 @@ def _coerce(name: str, raw: Any, source: str) -> Any:
             return int(raw)
     except (TypeError, ValueError):
         raise SettingsError(f"{source}: {name} must be a number, got {raw!r}") from None
-    if name == "notify_to" and isinstance(raw, list):  # a TOML list of URLs
+    if name in ("notify_to", "notify_allow") and isinstance(raw, list):  # a TOML list
         return "\n".join(map(str, raw))
     if name in CHOICES and str(raw) not in CHOICES[name]:
         words = " or ".join(repr(c) for c in CHOICES[name])
@@ -328,13 +348,15 @@ def check(s: Settings) -> str | None:
     positive = ("heartbeat_s", "lease_s", "leader_lease_s", "host_stale_s", "poll_s",
                 "fair_share_half_life_h", "broker_visibility_s", "gang_start_s",
                 "notify_poll_s", "notify_tries", "probe_timeout_s", "fleet_poll_s",
-                "fleet_backoff_s", "fleet_backoff_max_s", "fleet_join_s")
+                "fleet_backoff_s", "fleet_backoff_max_s", "fleet_join_s", "log_keep_days",
+                "log_check_s")
     for name in positive:
         if getattr(s, name) <= 0:
             return f"{ENV[name]} must be positive, got {getattr(s, name):g}"
     for name in ("default_grace_s", "retry_backoff_s", "maintenance_lead_s",
                  "notify_preempts", "notify_retry_s", "host_error_retries", "chip_release_s",
-                 "devwatch_trust_s"):
+                 "devwatch_trust_s", "log_budget_bytes", "log_stream_budget_bytes",
+                 "disk_min_free_bytes"):
         if getattr(s, name) < 0:
             return f"{ENV[name]} cannot be negative, got {getattr(s, name):g}"
     if s.heartbeat_s >= s.lease_s:
@@ -343,6 +365,13 @@ def check(s: Settings) -> str | None:
     if s.host_stale_s <= s.heartbeat_s:
         return (f"{ENV['host_stale_s']} ({s.host_stale_s:g}) must be longer than "
                 f"{ENV['heartbeat_s']} ({s.heartbeat_s:g}), or every host looks dead")
+    if s.notify_allow:
+        from tpuq.destinations import parse_allow
+
+        try:
+            parse_allow(s.notify_allow)
+        except ValueError as e:
+            return f"{ENV['notify_allow']}: {e}"
     if not 1024 <= s.port_base <= 65535 - 64:
         return f"{ENV['port_base']} must be between 1024 and {65535 - 64}, got {s.port_base}"
     return None

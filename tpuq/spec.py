@@ -355,6 +355,17 @@ def show_duration(s: float | None) -> str:
     return f"{s // 86400:.0f}d{(s % 86400) // 3600:02.0f}h"
 
 
+def show_size(n: int) -> str:
+    """Bytes as people read them: 512 B, 3.1 KiB, 20 GiB."""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(size) < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" or size >= 100 or size == int(size) \
+                else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"  # unreachable: the loop ends at TiB
+
+
 def parse_duration(text: str) -> float:
     """'90', '90s', '15m', '2h', '1d', '1h30m' -> seconds."""
     t = text.strip().lower()

@@ -16,7 +16,9 @@ from tpuq.settings import load
 
 
 def settings(stack):  # type: ignore[no-untyped-def]
-    return load(stack.env())
+    """The test's own account, not a name it acts under (TPUQ_USER): only a job's owner,
+    by their own account, loads its result (a pickle runs its writer's code)."""
+    return load(stack.env(TPUQ_USER=""))
 
 
 def test_a_functions_value_and_output_come_back(stack, host):

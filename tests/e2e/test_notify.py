@@ -1,17 +1,21 @@
 """A job tells its owner what became of it: through a chat webhook and by e-mail, once per
 event, retried when the destination fails, given up (and shown) after the tries allowed,
 and for preemptions only once they exceed TPUQ_NOTIFY_PREEMPTS. The sender is each
-agent's; the destinations are real servers on loopback."""
+agent's; the destinations are real servers on loopback, which a deployment refuses
+unless its configuration allows it (TPUQ_NOTIFY_ALLOW): these agents do."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 from tests.fakes.receivers import smtp_sink, webhook
 from tests.harness import wait_for
 from tests.services import free_port
 
-FAST = {"TPUQ_NOTIFY_POLL_S": "0.1", "TPUQ_NOTIFY_RETRY_S": "0.1"}
+LOOPBACK = {"TPUQ_NOTIFY_ALLOW": "127.0.0.1"}  # where the test's receivers listen
+FAST = {"TPUQ_NOTIFY_POLL_S": "0.1", "TPUQ_NOTIFY_RETRY_S": "0.1", **LOOPBACK}
 
 
 def notes(stack, job_id: int) -> list[dict]:  # type: ignore[no-untyped-def]
@@ -96,3 +100,70 @@ def test_a_bad_notify_option_is_one_line_at_submit(stack, host):
     ]:
         r = stack.tpuq("submit", *args, "--", "/bin/true", check=False)
         assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_a_destination_on_the_host_or_link_local_is_refused_at_submit(stack, host):
+    """By default: nothing on the host itself, nothing link-local (the metadata server),
+    however the address is written; one line each, nothing queued."""
+    stack.start_agent(host)
+    for url, says in [
+        ("json://127.0.0.1:9/hook", "json://127.0.0.1: 127.0.0.1 is a loopback address"),
+        ("mmost://localhost:8065/tok", "mmost://localhost: localhost resolves to 127.0.0.1, a "
+                                       "loopback address"),
+        ("json://2130706433/x", "json://2130706433: 2130706433 resolves to 127.0.0.1, a "
+                                "loopback address"),
+        ("json://[::ffff:127.0.0.1]:9/x", "resolves to 127.0.0.1, a loopback address"),
+        ("json://169.254.169.254/computeMetadata/v1/", "169.254.169.254 is a link-local "
+                                                       "address (where the metadata server"),
+        ("mailto://user:hunter2@0.0.0.0:25", "0.0.0.0 is a loopback address"),
+    ]:
+        r = stack.tpuq("submit", "--notify-to", url, "--", "/bin/true", check=False)
+        assert r.returncode == 2, r.stderr
+        (line,) = r.stderr.splitlines()
+        assert says in line and "unless an admin allows it (notify_allow" in line, line
+        assert "hunter2" not in line
+    assert stack.job_count() == 0
+    # a token is no host: it is not looked up, and the sender's own check decides
+    stack.submit("--notify-to", "slack://TokenA/TokenB/TokenC", "--", "/bin/true")
+
+
+def test_no_destination_reaches_a_log(stack, host):
+    """Apprise names a URL it cannot load in full; a refused password is the user's: none
+    of it reaches the agent's log, `tpuq show` or the notification's record."""
+    agent = stack.start_agent(host, TPUQ_NOTIFY_TRIES="1", **FAST)
+    job = stack.submit("--notify-to", "discord://SECRETID4711",
+                       "--notify-to", f"mailto://alice:hunter2@127.0.0.1:{free_port()}"
+                       "?from=tpuq@example.org&to=alice@example.org", "--", "/bin/true")
+    wait_for(lambda: [n["state"] for n in notes(stack, job)] == ["failed"], what="given up")
+    wait_for(lambda: f"job {job} succeeded): given up after 1 tries" in agent.log_tail(),
+             what="the agent's log line")
+    shown = stack.tpuq("show", str(job)).stdout + json.dumps(notes(stack, job))
+    for secret in ("SECRETID4711", "hunter2"):
+        assert secret not in agent.log_since_start(), agent.log_since_start()
+        assert secret not in shown, shown
+    assert "discord://: not a notification URL Apprise knows" in shown
+
+
+def courier(url: str, allow: str = "") -> dict:  # type: ignore[type-arg]
+    """What the agent's courier process answers for one delivery."""
+    order = {"deliveries": [{"url": url, "title": "t", "body": "b", "kind": "info"}],
+             "allow": allow, "own": []}
+    done = subprocess.run([sys.executable, "-m", "tpuq.agent.courier"],
+                          input=json.dumps(order), capture_output=True, text=True, timeout=60)
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+def test_the_sender_checks_every_address_it_connects_to():
+    """What the submit cannot see (a name that resolves to loopback at send time, a
+    redirect from an allowed address to another) the sending process refuses at connect."""
+    with webhook() as (hook, port), webhook("127.0.0.2") as (elsewhere, other):
+        assert courier(f"json://localhost:{port}/x") == {
+            "error": "refused to connect to 127.0.0.1: a loopback address (this host itself) "
+                     "(notify_allow)"}
+        assert courier(f"json://localhost:{port}/x", allow="127.0.0.1") == {"ok": True}
+        assert hook.wait(1)[0]["path"] == "/x"
+        hook.redirect = f"http://127.0.0.2:{other}/stolen"
+        said = courier(f"json://127.0.0.1:{port}/y", allow="127.0.0.1/32")
+        assert said == {"error": "refused to connect to 127.0.0.2: a loopback address (this "
+                                 "host itself) (notify_allow)"}
+        assert elsewhere.items == [], "the redirect went nowhere"

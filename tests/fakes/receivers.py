@@ -20,6 +20,7 @@ class Inbox:
         self.items: list[dict[str, Any]] = []
         self._cond = threading.Condition()
         self.refuse = 0  # answer this many requests with 503 first
+        self.redirect = ""  # answer every request with a 307 to this URL
 
     def add(self, item: dict[str, Any]) -> None:
         with self._cond:
@@ -35,7 +36,7 @@ class Inbox:
 
 
 @contextmanager
-def webhook() -> Iterator[tuple[Inbox, int]]:
+def webhook(address: str = "127.0.0.1") -> Iterator[tuple[Inbox, int]]:
     """(inbox, port): every POST's path and JSON body, in arrival order."""
     inbox = Inbox()
     tried: list[int] = []
@@ -43,6 +44,11 @@ def webhook() -> Iterator[tuple[Inbox, int]]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:  # noqa: N802 - http.server's name
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            if inbox.redirect:  # 307 keeps the method and body (RFC 9110 15.4.8)
+                self.send_response(307)
+                self.send_header("Location", inbox.redirect)
+                self.end_headers()
+                return
             if inbox.refuse > len(tried):
                 tried.append(1)
                 self.send_response(503)
@@ -56,7 +62,7 @@ def webhook() -> Iterator[tuple[Inbox, int]]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = ThreadingHTTPServer((address, 0), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -10,6 +10,8 @@ import stat
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.harness import wait_for
 from tests.security.conftest import Account, user_env
 
@@ -235,3 +237,51 @@ def test_a_functions_result_is_its_owners(shared, people):
                         user_env(shared, bob))
     assert r.returncode == 1 and "only its owner or an admin may read it" in r.stderr
     assert "secret" not in r.stderr
+
+
+# a value whose unpickling runs a command: what a hostile job returns for an admin to load
+BOOBY_TRAP = ("import os\n"
+              "class Trap:\n"
+              "    def __reduce__(self):\n"
+              "        return (os.system, ('touch {marker}',))\n")
+
+
+def test_nobody_loads_another_accounts_result(shared, people, tmp_path):
+    """Loading a pickle runs code of whoever wrote it: root, an admin, root acting as the
+    owner (TPUQ_USER), none of them loads alice's result; each gets one line and may
+    take the bytes unopened. Alice loads her own."""
+    from tpuq.client import ClientError, Job
+    from tpuq.settings import load
+
+    alice, bob = people
+    marker = f"/tmp/tpuq-trap-{alice.name}"
+    code = (BOOBY_TRAP.format(marker=marker) + "from tpuq.client import submit\n"
+            "j = submit(Trap)\nprint(j.id)\nj.wait(90)\n")
+    r = alice.python_code(code, user_env(shared, alice))
+    assert r.returncode == 0, r.stderr
+    job_id = int(r.stdout.split()[0])
+    shared.tpuq("admin", "add", bob.name)
+    try:
+        for acting_as in ("", alice.name):  # root as itself, and root acting as alice
+            root = Job(job_id, load(shared.env(TPUQ_USER=acting_as)))
+            with pytest.raises(ClientError) as refused:
+                root.result(timeout=60)
+            assert not os.path.exists(marker), "root ran alice's code"
+            assert refused.value.message == (
+                f"job {job_id} is {alice.name}'s: loading its result would run code its "
+                f"job wrote, as you; only {alice.name} loads it (`Job({job_id})"
+                ".result_bytes()` gives the pickled bytes, unopened)")
+            raw = root.result_bytes()
+            assert raw is not None and b"system" in raw, "the bytes, unopened"
+        r = bob.python_code(f"from tpuq.client import Job; Job({job_id}).result()",
+                            user_env(shared, bob))
+        assert r.returncode == 1 and f"only {alice.name} loads it" in r.stderr, r.stderr
+        assert not os.path.exists(marker), "an admin ran alice's code"
+        r = alice.python_code(f"from tpuq.client import Job; Job({job_id}).result()",
+                              user_env(shared, alice))
+        assert r.returncode == 0, r.stderr
+        assert os.path.exists(marker), "her own result is hers to load, as herself"
+        assert os.stat(marker).st_uid == alice.uid
+    finally:
+        if os.path.exists(marker):
+            os.unlink(marker)

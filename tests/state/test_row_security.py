@@ -122,6 +122,7 @@ def test_notifications_are_written_with_a_users_own_change_and_their_urls_are_ag
                                      notify_to="slack://Tok/En/Secret"))
     env = {"TPUQ_HOME": str(tmp_path / "laptop"), "TPUQ_DATABASE_URL": dsn(url, alice),
            "TPUQ_BROKER_URL": "redis://127.0.0.1:1/0", "PATH": "/usr/bin:/bin",
+           "TPUQ_NOTIFY_ALLOW": "127.0.0.1",  # the destination below (never sent to)
            "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
 
     def tpuq(*args: str) -> subprocess.CompletedProcess[str]:

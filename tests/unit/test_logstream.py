@@ -3,6 +3,7 @@ team end-to-end tests ship through a real redis-server)."""
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Iterator
 from itertools import islice
 from typing import Any
@@ -12,6 +13,9 @@ import pytest
 
 from tpuq.queue import logstream
 from tpuq.queue.logstream import LogShipper, Piece, follow
+
+OWNER = "alice"
+STREAM = logstream.key(OWNER, 7, 1)
 
 
 class FakeRedisServer:
@@ -42,7 +46,7 @@ def redis_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeRedisServer]:
 
 def pieces(url: str) -> list[Piece | None]:
     """What `tpuq logs -f` reads: ends at the end marker (a None means still waiting)."""
-    return list(islice(follow(url, 7, 1, wait=True, block_ms=100), 5))
+    return list(islice(follow(url, STREAM, wait=True, block_ms=100), 5))
 
 
 def shipped(url: str) -> list[bytes | None]:
@@ -54,11 +58,11 @@ def test_output_of_an_attempt_that_ended_while_redis_was_down_arrives_after(
     log = tmp_path / "1.log"
     log.write_bytes(b"first\n")
     shipper = LogShipper(redis_server.url)
-    shipper.ship(7, 1, str(log))
+    shipper.ship(OWNER, 7, 1, str(log))
     assert shipped(redis_server.url)[0] == b"first\n"
     redis_server.stop()  # this test's Redis keeps nothing on disk: "first" is gone with it
     log.write_bytes(b"first\nsecond\n")
-    shipper.ship(7, 1, str(log), final=True)  # the attempt ends during the outage
+    shipper.ship(OWNER, 7, 1, str(log), final=True)  # the attempt ends during the outage
     redis_server.start()
     shipper.ship_unfinished()
     assert pieces(redis_server.url) == [Piece(b"second\n", offset=6), Piece(b"", end=True)], \
@@ -77,21 +81,21 @@ def test_a_chatty_attempt_keeps_only_its_newest_bytes_in_redis(redis_server, tmp
     shipper = LogShipper(redis_server.url)
 
     def kept() -> tuple[int | None, bytes]:
-        got = [p for p in follow(redis_server.url, 7, 1, wait=False) if p is not None]
+        got = [p for p in follow(redis_server.url, STREAM, wait=False) if p is not None]
         return got[0].offset, b"".join(p.data for p in got)
 
     log.write_bytes(b"a" * 300)
-    shipper.ship(7, 1, str(log))
+    shipper.ship(OWNER, 7, 1, str(log))
     assert kept() == (0, b"a" * 300)
     with open(log, "ab") as f:
         f.write(b"b" * 900)
-    shipper.ship(7, 1, str(log))  # 1200 bytes shipped, the oldest 200 trimmed
+    shipper.ship(OWNER, 7, 1, str(log))  # 1200 bytes shipped, the oldest 200 trimmed
     assert kept() == (200, log.read_bytes()[200:])
     with open(log, "ab") as f:
         f.write(b"c" * 5000)
-    shipper.ship(7, 1, str(log))  # a burst over the cap: only its newest 1000 bytes go
+    shipper.ship(OWNER, 7, 1, str(log))  # a burst over the cap: only its newest 1000 bytes go
     assert kept() == (5200, b"c" * 1000)
-    assert shipper.redis.xlen(logstream.key(7, 1)) == 10
+    assert shipper.redis.xlen(STREAM) == 10
 
 
 def test_a_stream_expires_even_if_its_end_never_comes(redis_server, tmp_path):
@@ -99,8 +103,8 @@ def test_a_stream_expires_even_if_its_end_never_comes(redis_server, tmp_path):
     log = tmp_path / "1.log"
     log.write_bytes(b"partial\n")
     shipper = LogShipper(redis_server.url)
-    shipper.ship(7, 1, str(log))
-    ttl = shipper.redis.ttl(logstream.key(7, 1))
+    shipper.ship(OWNER, 7, 1, str(log))
+    ttl = shipper.redis.ttl(STREAM)
     assert 0 < ttl <= logstream.TTL_S
 
 
@@ -110,9 +114,9 @@ def test_a_late_tick_after_the_end_ships_nothing_again(redis_server, tmp_path):
     log = tmp_path / "1.log"
     log.write_bytes(b"all of it\n")
     shipper = LogShipper(redis_server.url)
-    shipper.ship(7, 1, str(log), final=True)
-    shipper.ship(7, 1, str(log))  # the late tick
-    assert shipper.redis.xlen(logstream.key(7, 1)) == 2, "one piece and the end marker"
+    shipper.ship(OWNER, 7, 1, str(log), final=True)
+    shipper.ship(OWNER, 7, 1, str(log))  # the late tick
+    assert shipper.redis.xlen(STREAM) == 2, "one piece and the end marker"
 
 
 def test_every_worker_of_a_slice_job_has_a_stream_of_its_own(redis_server, tmp_path):
@@ -121,9 +125,22 @@ def test_every_worker_of_a_slice_job_has_a_stream_of_its_own(redis_server, tmp_p
     for w in range(3):
         log = tmp_path / f"1.w{w}.log"
         log.write_bytes(f"worker {w}\n".encode())
-        shipper.ship(7, 1, str(log), final=w != 1, worker=w)
-    read = {w: logstream.read_after(redis_server.url, 7, 1, "0-0", 1 << 20, worker=w)
-            for w in range(3)}
+        shipper.ship(OWNER, 7, 1, str(log), final=w != 1, worker=w)
+    read = {w: logstream.read_after(redis_server.url, logstream.key(OWNER, 7, 1, w), "0-0",
+                                    1 << 20) for w in range(3)}
     assert {w: ([p.data for _, p in entries], ended) for w, (entries, ended) in read.items()} \
         == {0: ([b"worker 0\n"], True), 1: ([b"worker 1\n"], False), 2: ([b"worker 2\n"], True)}
-    assert logstream.key(7, 1, 0) == logstream.key(7, 1) != logstream.key(7, 1, 2)
+    assert logstream.key(OWNER, 7, 1, 0) == logstream.key(OWNER, 7, 1) \
+        != logstream.key(OWNER, 7, 1, 2)
+
+
+def test_an_owners_streams_are_named_so_no_other_owners_pattern_matches():
+    """A user's broker account reads `tpuq:logs:<owner>:*`: a name with a ':' or a glob
+    character must not make another owner's streams match it."""
+    assert logstream.key("alice", 7, 1) == "tpuq:logs:alice:7:1"
+    assert logstream.key("alice", 7, 1, 2) == "tpuq:logs:alice:7:1:w2"
+    assert logstream.pattern("alice") == "tpuq:logs:alice:*"
+    for odd in ("alice:x", "al*", "a?c", "[a]", "a\\b", "j.doe-1", ""):
+        assert not fnmatch.fnmatchcase(logstream.key(odd, 7, 1), "tpuq:logs:alice:*")
+        assert fnmatch.fnmatchcase(logstream.key(odd, 7, 1), logstream.pattern(odd))
+    assert logstream.key("j.doe-1", 7, 1) == "tpuq:logs:j.doe-1:7:1"

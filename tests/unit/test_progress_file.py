@@ -65,3 +65,23 @@ def test_an_eta_comes_from_the_rate_of_the_reports_in_the_tail() -> None:
     assert progress_of([(10, 100.0, 100), (30, 110.0, 100), (50, 120.0, 100)]) == \
         Progress(50, 120.0, 100, 145.0)
     assert progress_of([(10, 100.0, 100), (100, 130.0, 100)]).eta_at is None, "done"
+
+
+def test_numbers_out_of_range_are_skipped(tmp_path: Path) -> None:
+    """What reaches the database and every user's `tpuq status` is a step that fits a
+    BIGINT and a time that is a finite date (an infinite one is not JSON the CLI reads:
+    the agent's status reply would be refused, for everyone)."""
+    p = tmp_path / "p"
+    hostile = [f'{{"step": {2**70}, "time": 1.5}}', '{"step": -3, "time": 1.5}',
+               '{"step": 9, "time": Infinity}', '{"step": 9, "time": NaN}',
+               '{"step": 9, "time": 1e300}', '{"step": 9, "time": -5}',
+               f'{{"step": 9, "time": 1.5, "total": {2**64}}}', '{"step": true, "time": 2}']
+    p.write_text(line(4) + "\n".join(hostile) + "\n")
+    assert _last_progress(str(p)) == Progress(4, 1.5)
+
+
+def test_an_eta_beyond_reason_is_none() -> None:
+    from tpuq.agent.outcome import progress_of
+
+    # one step in 1e9 s, 2**62 steps to go: an ETA of 1e27 s, not a date anyone can show
+    assert progress_of([(1, 1.0, 2**62), (2, 1e9, 2**62)]) == Progress(2, 1e9, 2**62)

@@ -27,8 +27,13 @@
 - `localsock.py`   the Unix socket server (bytes <-> typed messages, SO_PEERCRED)
 - `localapi.py`    what the agent does for a request from its own VM
 - `tickers.py`     small guarded periodic duties
-- `notifier.py`    tells owners what became of their jobs (the outbox's sender, Apprise)
+- `teamlink.py`    team deployment: the Celery consumer (restarted if stopped), wake-ups
+                   from the database, log shipping, users' broker accounts
+- `notifier.py`    tells owners what became of their jobs (the outbox's sender)
+- `courier.py`     one notification's delivery (Apprise) in a process of its own, where
+                   every connection is checked against where notifications may go
 - `functionjob.py` a function job's call written before its start, its outcome stored after
 - `workdirs.py`    a job's log and checkpoint directories, claimed per database
 - `reserve.py`     disk room kept to record outcomes when the disk fills
+- `logkeeper.py`   job logs within budgets: retention, per-user totals, streams, low disk
 """

@@ -81,6 +81,6 @@ class LocalApi:
     def caller(self, uid: int, as_user: str | None) -> Caller:
         name = name_of(uid)
         if uid in (0, os.getuid()):
-            return Caller(name=as_user or name, admin=True)
+            return Caller(name=as_user or name, admin=True, account=name)
         with self.db.read() as s:
             return Caller(name=name, admin=admins.is_admin(s, name))

@@ -22,12 +22,14 @@ from tpuq.agent.errors import AgentError, HostUnfit
 from tpuq.agent.executor import Executor
 from tpuq.agent.localapi import LocalApi
 from tpuq.agent.localsock import LocalSocketServer
+from tpuq.agent.logkeeper import LogKeeper
 from tpuq.agent.metadata import MaintenanceWatcher, preempted_now, read_topology
 from tpuq.agent.notices import NoticePolicy
 from tpuq.agent.notifier import Notifier
 from tpuq.agent.probes import HostShapes
 from tpuq.agent.reserve import Reserve
 from tpuq.agent.signals import StopSignals
+from tpuq.agent.teamlink import TeamLink
 from tpuq.agent.tickers import Ticker
 from tpuq.scheduler.loop import Scheduler
 from tpuq.settings import Settings
@@ -147,8 +149,11 @@ class Agent:
         # own lease at once, and only one agent holds a host name (hosts.register)
         self.scheduler = Scheduler(db, settings, self.name, dispatch=self.dispatch,
                                    on_lead=lambda: self.sched_ticker.wake())
-        self.worker: Any = None  # the Celery worker, team deployment only
         self.waker: Any = None  # wakes other agents through the broker, team deployment only
+        # consumer, wake-up listener, log shipping, broker accounts: team deployment only
+        self.team = None if settings.embedded else TeamLink(
+            settings, db, self.executor, self, self.wake_all, self.stopping.is_set)
+        self._disk_low_said: str | None = ""  # what the host row says ("": not yet written)
         self.tickers: list[Ticker] = []  # started together once the agent is ready
         self.sched_ticker = Ticker("scheduler", settings.poll_s, self._schedule)
         self.lead_ticker = Ticker("leader", settings.leader_lease_s / 3,
@@ -162,6 +167,11 @@ class Agent:
         self.watcher = MaintenanceWatcher(settings.metadata_url or None, self.notices.on_change)
         self._pidlock: int | None = None
         self.reserve = Reserve(os.path.join(settings.home, "reserve"))
+        self.logkeeper = LogKeeper(
+            settings, db, self.name, self.executor.dirs.logs,
+            live=lambda: [(sup.spec.job_id, sup.spec.attempt)
+                          for sup in self.executor.supervisors()],
+            drop_stream=None if self.team is None else self.team.drop_stream)
 
     # ---- who is told what -----------------------------------------------------------------
     def dispatch(self, host: str, job_id: int, attempt: int) -> None:
@@ -256,12 +266,8 @@ class Agent:
         recovery.recover(self.executor, self.boot_id)
         self.shapes.tick()  # before any work: the shapes this host offers are proven
         self._serve_socket()
-        if not self.settings.embedded:
-            from tpuq.queue.worker import HostWorker
-
-            # one slot per chip (each a possible 1-chip job) plus room for wake-ups
-            self.worker = HostWorker(self, self.name, concurrency=len(self.chips) + 4).start()
-            self._ship_logs()
+        if self.team is not None:
+            self.tickers += self.team.start()
         cfg = self.settings
         self.tickers += [
             self.lead_ticker,
@@ -272,6 +278,7 @@ class Agent:
             Ticker("notifier", cfg.notify_poll_s, Notifier(cfg, self.db, self.name).run_once),
             # a changed Python, JAX or libtpu is noticed within 15 heartbeats (30 s)
             Ticker("shape-probes", 15 * cfg.heartbeat_s, self.shapes.tick),
+            Ticker("logs", cfg.log_check_s, self.logkeeper.run_once),
         ]
         for t in self.tickers:
             t.start()
@@ -296,36 +303,18 @@ class Agent:
             return
         self.sock = LocalSocketServer(path, self.api.handle).start()
 
-    def _ship_logs(self) -> None:
-        """Team deployment: job output into Redis streams, for `tpuq logs` anywhere."""
-        from tpuq.queue.logstream import LogShipper
-
-        shipper = LogShipper(self.settings.broker_url)
-        log_path = self.executor.log_path
-
-        def ship(spec: Any, final: bool = False) -> None:  # every slice worker has a stream
-            shipper.ship(spec.job_id, spec.attempt,
-                         log_path(spec.job_id, spec.attempt, spec.worker), final=final,
-                         worker=spec.worker)
-
-        def tick() -> None:
-            for sup in self.executor.supervisors():
-                ship(sup.spec)
-            shipper.ship_unfinished()
-
-        def final(sup: Any) -> None:
-            ship(sup.spec, final=True)
-
-        self.executor.end_hooks.append(final)
-        self.tickers.append(Ticker("log-shipper", 0.5, tick))
-
     def _schedule(self) -> None:
         if not self.stopping.is_set():
             self.scheduler.run_pass()
 
     def _heartbeat(self) -> None:
+        disk_low = self.logkeeper.disk_low()
         with self.db.write() as s:
             mine = self.held.heartbeat(s)
+            if mine and disk_low != self._disk_low_said:  # a write only when it changes
+                self.held.set_disk_low(s, disk_low)
+        if mine:
+            self._disk_low_said = disk_low
         if not mine:
             self._lose_name()
             return
@@ -471,8 +460,8 @@ class Agent:
         self.shutdown()
 
     def shutdown(self) -> None:
-        if self.worker is not None:
-            self.worker.stop()
+        if self.team is not None:
+            self.team.stop()
         self.watcher.stop()
         for t in self.tickers:
             t.stop()

@@ -8,11 +8,17 @@ record the result. A destination that failed is tried again, and only it, after
 notify_retry_s, doubling, up to notify_tries times; then the row is marked failed, the
 agent's log says why and `tpuq show` shows it. The log never shows a destination's URL
 (it may hold a token), only its scheme.
+
+Each delivery runs in a courier process (agent/courier.py): there every connection is
+checked against where notifications may go (tpuq/destinations.py), and Apprise's own
+log lines, which name URLs in full, stay.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,28 +93,29 @@ class Notifier:
                 return 0
         with self.db.write() as s:
             rows = outbox.claim(s, self.host)
-        for row in rows:
-            self._settle(row)
+        told = [(row, message(row, self.settings.notify_preempts)) for row in rows]
+        for row, said in told:
+            if said is None:
+                with self.db.write() as s:
+                    outbox.skipped(s, row.id, self.host, "nothing to tell (preemption count)")
+        owed = [(row, said, i, url) for row, said in told if said is not None
+                for i, url in enumerate((row.notify_to or "").split())
+                if str(i) not in (row.sent_to or "").split(",")]
+        errors = send_all([(url, said) for _, said, _, url in owed], self.settings)
+        for row, said in told:
+            if said is not None:
+                mine = [(i, url, err) for (r, _, i, url), err in zip(owed, errors, strict=True)
+                        if r is row]
+                self._record(row, mine)
         return len(rows)
 
-    def _settle(self, row: Any) -> None:
+    def _record(self, row: Any, tried: list[tuple[int, str, str | None]]) -> None:
+        """What became of the row's destinations tried now: (index, URL, error or None)."""
         cfg = self.settings
-        said = message(row, cfg.notify_preempts)
-        if said is None:
-            with self.db.write() as s:
-                outbox.skipped(s, row.id, self.host, "nothing to tell (preemption count)")
-            return
         urls = (row.notify_to or "").split()
         done = {int(i) for i in (row.sent_to or "").split(",") if i}
-        errors = []
-        for i, url in enumerate(urls):
-            if i in done:
-                continue
-            error = send(url, said)
-            if error is None:
-                done.add(i)
-            else:
-                errors.append(f"{scheme(url)}: {error}")
+        done |= {i for i, _, error in tried if error is None}
+        errors = [f"{scheme(url)}: {error}" for _, url, error in tried if error is not None]
         label = f"notification {row.id} (job {row.job_id} {row.event})"
         with self.db.write() as s:
             if not errors:
@@ -125,24 +132,47 @@ class Notifier:
                         cfg.notify_tries, why, show_duration(retry))
 
 
-def send(url: str, said: Message) -> str | None:
-    """Send one message to one Apprise URL; None when it went, else why not (one line)."""
-    import apprise
+COURIER_S, COURIER_EACH_S = 60.0, 30.0  # a batch's time: this, plus this per delivery
 
-    sender = apprise.Apprise()
-    if not sender.add(url):
-        return "not a notification URL Apprise knows (see `apprise --details`)"
-    heard: list[str] = []
 
-    def keep(entry: Any, _plugin: Any) -> None:
-        if str(getattr(entry, "level", "ERROR")).upper() in ("WARNING", "ERROR", "CRITICAL"):
-            heard.append(str(getattr(entry, "message", entry)))
+def send_all(deliveries: list[tuple[str, Message]], settings: Settings) -> list[str | None]:
+    """Send each message to its Apprise URL through one courier process; for each, None
+    when it went, else why not (one line, with nothing of the destination in it)."""
+    import subprocess
+    import sys
 
+    from tpuq import jobenv
+    from tpuq.destinations import own_services
+
+    if not deliveries:
+        return []
+    order = {"deliveries": [{"url": url, "title": said.title, "body": said.body,
+                             "kind": said.kind} for url, said in deliveries],
+             "allow": settings.notify_allow,
+             "own": own_services(settings.database_url, settings.broker_url)}
+    limit = COURIER_S + COURIER_EACH_S * len(deliveries)
     try:
-        ok = sender.notify(body=said.body, title=said.title, notify_type=said.kind,
-                           log_callback=keep)
-    except Exception as e:  # noqa: BLE001 - a plugin's bug must not stop the sender
-        return f"{type(e).__name__}: {e}"
-    if ok:
-        return None
-    return (heard[-1] if heard else "the destination refused it").splitlines()[0][:300]
+        out = subprocess.run(
+            [sys.executable, "-m", "tpuq.agent.courier"], input=json.dumps(order),
+            capture_output=True, text=True, timeout=limit, check=False,
+            env=_courier_env(jobenv.helper_env(os.environ))).stdout
+        late = "the courier ended without an answer"
+    except subprocess.TimeoutExpired as e:  # what it said before, it did
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        late = f"no answer within {limit:g}s"
+    except OSError as e:
+        return [f"the courier could not start: {e.strerror}"] * len(deliveries)
+    answers: list[str | None] = []
+    for line in out.splitlines()[:len(deliveries)]:
+        try:
+            said_back = json.loads(line)
+        except ValueError:
+            break
+        answers.append(None if said_back.get("ok") else str(said_back.get("error"))[:300])
+    return answers + [late] * (len(deliveries) - len(answers))
+
+
+def _courier_env(env: dict[str, str]) -> dict[str, str]:
+    """The agent's environment without tpuq's own (its database URL holds a password):
+    the courier needs proxies and locale, never credentials."""
+    return {k: v for k, v in env.items() if not k.startswith("TPUQ_")}

@@ -165,6 +165,8 @@ def progress_of(records: list[tuple[int, float, int | None]]) -> Progress | None
         if first is not None:
             rate = (step - first[0]) / (at - first[1])
             eta = at + (total - step) / rate
+            if not eta - at <= MAX_ETA_S:  # inf and NaN too: no date anyone can show
+                eta = None
     return Progress(step, at, total, eta)
 
 
@@ -184,17 +186,36 @@ def last_progress(path: str) -> Progress | None:
             return None
         f.seek(max(0, st.st_size - PROGRESS_TAIL))
         lines = f.read(PROGRESS_TAIL).splitlines()
-    records = []
-    for line in lines:
-        try:
-            rec = json.loads(line)
-            total = rec.get("total")
-            records.append((int(rec["step"]), float(rec["time"]),
-                            None if total is None else int(total)))
-        except (ValueError, KeyError, TypeError, IndexError, AttributeError,
-                RecursionError, OverflowError):
-            continue
+    records = [r for r in map(_report, lines) if r is not None]
     try:
         return progress_of(records)
     except (ArithmeticError, ValueError):
         return Progress(*records[-1])
+
+
+# What a report may say and still reach the database and every user's `status`: steps
+# and totals that fit a BIGINT, times that are finite dates (an infinite one made the
+# agent's status replies unreadable JSON, for everyone).
+MAX_COUNT = 2**63 - 1
+LATEST_TIME = 1e11  # the year 5138: a clock or a job that says later is wrong
+MAX_ETA_S = 100 * 365 * 86400.0
+
+
+def _report(line: bytes) -> tuple[int, float, int | None] | None:
+    """One line of the progress file as (step, time, total), or None if it is not one."""
+    try:
+        rec = json.loads(line)
+        step, at, total = rec["step"], rec["time"], rec.get("total")
+        if not _count(step) or (total is not None and not _count(total)):
+            return None
+        at = float(at)
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError,
+            RecursionError, OverflowError):
+        return None
+    if not 0 <= at < LATEST_TIME:  # NaN fails too
+        return None
+    return step, at, total
+
+
+def _count(value: object) -> bool:
+    return type(value) is int and 0 <= value <= MAX_COUNT

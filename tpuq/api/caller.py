@@ -16,8 +16,18 @@ from tpuq.protocol import Failure
 
 @dataclass(frozen=True)
 class Caller:
+    """`name`: whom the caller acts as (root and the agent's user may act for another
+    user: TPUQ_USER); `account`: who the kernel or the database says the caller's process
+    is, whatever name it acts under (empty: the same as `name`)."""
+
     name: str
     admin: bool = False
+    account: str = ""
+
+    @property
+    def own_name(self) -> str:
+        """The caller's own account name (never an assumed one)."""
+        return self.account or self.name
 
     def owns(self, owner: str) -> bool:
         """May the caller change (and read the secrets and output of) `owner`'s job?"""

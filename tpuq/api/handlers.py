@@ -66,6 +66,7 @@ from tpuq.state import (
     history,
     hosts,
     jobs,
+    logusage,
     outage,
     outbox,
     queries,
@@ -94,6 +95,7 @@ class Api:
         self.db = db
         self.here = here
         self.reasons = reasons or self._plan_reasons
+        self._rule: Any = None  # where notifications may go, once asked (destinations.Rule)
         self._handlers: dict[type[Request], Callable[[Any, Caller], Reply]] = {
             WhoAmI: self.whoami, Submit: self.submit, ListJobs: self.list_jobs,
             ShowJob: self.show, ReadLog: self.read_log, Control: self.control,
@@ -119,12 +121,30 @@ class Api:
                 raise
             return Refusal(kind=kind, error=outage.describe(e, self.db.safe_url))
 
+    def check_destinations(self, urls: str | None) -> None:
+        """SpecError (one line) for a notification destination the deployment refuses
+        (tpuq/destinations.py); the courier refuses it again when it connects."""
+        if not urls:
+            return
+        from tpuq.destinations import Refused, Rule, own_services
+
+        if self._rule is None:
+            cfg = self.settings
+            self._rule = Rule.of(cfg.notify_allow, own_services(cfg.database_url,
+                                                                cfg.broker_url))
+        for url in urls.split():
+            try:
+                self._rule.check_url(url)
+            except Refused as e:
+                raise SpecError(str(e)) from None
+
     # ---- who, and the queue ----------------------------------------------------------
     def whoami(self, req: WhoAmI, caller: Caller) -> Reply:
         return Identity(user=caller.name, admin=caller.admin)
 
     def submit(self, req: Submit, caller: Caller) -> Reply:
         spec = JobSpec.from_dict({**req.spec, "owner": caller.name})
+        self.check_destinations(spec.notify_to)
         with self.db.write() as s:
             warnings = admission.admit(s, spec, admin=caller.admin, open_team=self.settings.team)
             if req.array:
@@ -137,6 +157,8 @@ class Api:
                 functions.store_payload(s, tasks[0], _function_payload(req, spec))
             for task in tasks:
                 deps.add(s, task, req.after, req.after_any)
+            warnings += [f"warning: {views.budget_object(r)['says']}"
+                         for r in logusage.over_budget(s, caller.name)]
         return Submitted(id=tasks[0], tasks=tasks if req.array else [], warnings=warnings)
 
     def read_result(self, req: ReadResult, caller: Caller) -> Reply:
@@ -146,12 +168,13 @@ class Api:
         if fn is None:
             raise not_found(f"job {req.id} is not a function job (tpuq.client.submit(fn))")
         data = fn.result
+        whose = {"owner": row.owner, "yours": row.owner == caller.own_name}
         if data is None:
-            return ResultChunk(state=row.state)
+            return ResultChunk(state=row.state, **whose)
         start = max(0, req.offset)
         chunk = data[start:start + RESULT_CHUNK]
         return ResultChunk(state=row.state, size=len(data),
-                           data=base64.b64encode(chunk).decode())
+                           data=base64.b64encode(chunk).decode(), **whose)
 
     def list_jobs(self, req: ListJobs, caller: Caller) -> Reply:
         with self.db.read() as s:
@@ -163,11 +186,14 @@ class Api:
             min_code = hosts.min_code(s)
             current = queries.current_attempts(s, rows)
             fleet = report.waiting_lines(s)
+            over: dict[str, list[dict[str, Any]]] = {}
+            for r in logusage.over_budget(s):
+                over.setdefault(r.place, []).append(views.budget_object(r))
         reasons = self.reasons() if any(r.state == "queued" for r in rows) else {}
         stale = self.settings.host_stale_s
         return JobList(jobs=[views.job_object(r, caller, waiting=reasons.get(r.id),
                                               current=current.get(r.id)) for r in rows],
-                       hosts=[views.host_object(h, j, now, stale, min_code)
+                       hosts=[views.host_object(h, j, now, stale, min_code, over.get(h.name))
                               for h, j in host_rows], now=now, fleet=fleet)
 
     def show(self, req: ShowJob, caller: Caller) -> Reply:
@@ -180,6 +206,7 @@ class Api:
             events = queries.events_of(s, req.id)
             gang = gangs.workers_of(s, [req.id]).get(req.id, [])
             told = outbox.of_jobs(s, [req.id]).get(req.id, [])
+            over = [views.budget_object(r) for r in logusage.over_budget(s, row.owner)]
         waiting = self.reasons().get(req.id) if row.state == "queued" else None
         obj = views.job_object(row, caller, env=env, waiting=waiting)
         obj["attempt_list"] = [views.attempt_object(a) for a in atts]
@@ -187,6 +214,7 @@ class Api:
             obj["worker_list"] = [views.worker_object(w) for w in gang]
         obj["events"] = [views.event_object(e) for e in events]
         obj["notifications"] = [views.notification_object(n) for n in told]
+        obj["logs_over_budget"] = over
         return JobDetail(job=obj)
 
     def read_log(self, req: ReadLog, caller: Caller) -> Reply:
@@ -226,6 +254,7 @@ class Api:
         return Results(results=[_result(r)])
 
     def resubmit(self, req: Resubmit, caller: Caller) -> Reply:
+        self.check_destinations(req.notify_to)
         with self.db.write() as s:
             ids = list(req.ids)
             if req.failed:

@@ -7,7 +7,8 @@ Elsewhere, in the team deployment, it comes from the Redis stream its agent ship
 missing and where the whole file is, rather than passing part of a log off as all of it.
 
 Positions tell the client where it is in each attempt, so `tpuq logs -f` asks again
-from there: "f:<offset>" in a file, "s:<entry>:<offset>" in a stream, "end" when done.
+from there: "f:<offset>" in a file, "s:<entry>:<offset>" in a stream ("o:..." in a
+stream an agent from before owner keys shipped: logstream.legacy_key), "end" when done.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def read(settings: Settings, db: Database, here: str, req: ReadLog, caller: Call
                     f"{', '.join(map(str, numbers))}") if numbers else f"it has not started ({row.state})"
             raise not_found(f"job {req.id} has no attempt {req.attempt}: {have}")
         atts = [a for a in atts if a.number == req.attempt]
-    reader = _Reader(settings, here, req, now)
+    reader = _Reader(settings, here, req, now, row.owner)
     shown = atts if req.worker in (None, 0) else _workers_of(req, atts, worker_logs)
     for a in shown:
         if not reader.attempt(a):
@@ -67,8 +68,10 @@ def _workers_of(req: ReadLog, atts: Any, logs: dict[tuple[int, int], tuple[str, 
 
 
 class _Reader:
-    def __init__(self, settings: Settings, here: str, req: ReadLog, now: float) -> None:
+    def __init__(self, settings: Settings, here: str, req: ReadLog, now: float,
+                 owner: str) -> None:
         self.settings = settings
+        self.owner = owner
         self.here = here
         self.job_id = req.id
         self.now = now
@@ -114,6 +117,11 @@ class _Reader:
                 data = f.read(self.budget)
                 at_end = not f.read(1)
         except OSError:  # never started, or its file is gone
+            if a.log_path and a.ended_at is not None:
+                self.notes.append(f"attempt {a.number}'s log is no longer kept ({a.host}:"
+                                  f"{a.log_path}): ended attempts' logs go after "
+                                  "TPUQ_LOG_KEEP_DAYS, or when their owner's are over "
+                                  "TPUQ_LOG_BUDGET_BYTES")
             return a.ended_at is not None
         if data:
             self._add(a, data, "file")
@@ -121,15 +129,36 @@ class _Reader:
         return a.ended_at is not None and at_end
 
     def _stream(self, a: Any, key: str, pos: str) -> bool:
+        import redis
+
+        try:
+            return self._stream_read(a, key, pos)
+        except redis.exceptions.RedisError as e:  # away, or this account is not let in
+            why = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+            self.notes.append(f"attempt {a.number}'s output cannot be read from the broker "
+                              f"({why}); the whole log is {a.host}:{a.log_path}")
+            return True
+
+    def _stream_read(self, a: Any, key: str, pos: str) -> bool:
         from tpuq.queue import logstream
 
         last, expected = "0-0", 0
-        if pos.startswith("s:"):
+        legacy = pos.startswith("o:")
+        if pos.startswith(("s:", "o:")):
             last, _, offset = pos[2:].rpartition(":")
             expected = int(offset)
         where = f"{a.host}:{a.log_path}"
-        entries, ended = logstream.read_after(self.settings.broker_url, self.job_id, a.number,
-                                              last, self.budget, getattr(a, "worker", None))
+        url, worker = self.settings.broker_url, getattr(a, "worker", None)
+        stream = (logstream.legacy_key(self.job_id, a.number, worker) if legacy
+                  else logstream.key(self.owner, self.job_id, a.number, worker))
+        entries, ended = logstream.read_after(url, stream, last, self.budget)
+        if not entries and not ended and last == "0-0" and not legacy:
+            # nothing under its name: an agent from before owner keys may have shipped it
+            # (only the agents' broker account may read those)
+            old = logstream.read_after(url, logstream.legacy_key(self.job_id, a.number, worker),
+                                       last, self.budget)
+            if old[0] or old[1]:
+                (entries, ended), legacy = old, True
         for entry_id, piece in entries:
             last = entry_id
             data = piece.data
@@ -141,7 +170,7 @@ class _Reader:
                 expected = max(expected, piece.offset + len(piece.data))
             if data:
                 self._add(a, data, "stream")
-        self.positions[key] = f"s:{last}:{expected}"
+        self.positions[key] = f"{'o' if legacy else 's'}:{last}:{expected}"
         if ended:
             return True
         if entries or not self._over(a):

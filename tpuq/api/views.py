@@ -65,8 +65,10 @@ def event_object(e: Any) -> dict[str, Any]:
 
 
 def host_object(h: Any, jobs: Mapping[int, list[int]], now: float,
-                stale_s: float, min_code: str | None) -> dict[str, Any]:
-    """A host and why it takes no work, in words (`state`: "ok" when it takes work)."""
+                stale_s: float, min_code: str | None,
+                over_budget: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A host and why it takes no work, in words (`state`: "ok" when it takes work);
+    whose job logs there are over budget."""
     state = hosts_mod.out_of_service(h, now, stale_s, min_code) or "ok"
     return {"name": h.name, "tpu_type": h.tpu_type, "chips": list(h.chips or ()),
             "used": sum(len(c) for c in jobs.values()), "jobs": sorted(jobs),
@@ -74,7 +76,20 @@ def host_object(h: Any, jobs: Mapping[int, list[int]], now: float,
             # a worker of a multi-host slice: the slice, its type, this worker's number
             "slice": h.slice_name, "slice_type": h.slice_type, "worker": h.slice_worker,
             # chip counts (or "*", every shape) it does not offer, and why (shape probes)
-            "unavailable": dict(getattr(h, "unavailable", None) or {})}
+            "unavailable": dict(getattr(h, "unavailable", None) or {}),
+            "logs_over_budget": over_budget or []}
+
+
+def budget_object(row: Any) -> dict[str, Any]:
+    """An owner whose job logs on a host take more than the budget (state/logusage.py),
+    with what to say of it."""
+    from tpuq.spec import show_size
+
+    return {"owner": row.owner, "host": row.place, "bytes": row.bytes, "budget": row.budget,
+            "says": f"{row.owner}'s job logs take {show_size(row.bytes)} on {row.place}, over "
+                    f"the {show_size(row.budget)} each user may keep on a host "
+                    "(TPUQ_LOG_BUDGET_BYTES): the oldest ended attempts' logs go first, a "
+                    "running job's are kept"}
 
 
 def worker_object(w: Any) -> dict[str, Any]:

@@ -44,6 +44,8 @@ def show(job_id: int, as_json: bool) -> None:
                    }.get(n["state"], n["state"])
             err = f": {n['error']}" if n["error"] and n["state"] != "skipped" else ""
             click.echo(f"  {render.clock(n['at'])}  {n['event']}  {how}{err}")
+    for o in job.get("logs_over_budget") or ():
+        click.echo(f"\nlogs over budget: {o['says']}")
     click.echo("\ntimeline:")
     for e in job["events"]:
         frm = f"{e['from']} -> " if e["from"] else ""

@@ -221,10 +221,12 @@ def _view(jobs: list[dict[str, Any]], hosts: list[dict[str, Any]], now: float,
     top = _jobs_table(jobs, now, columns) if jobs else Text("no jobs")
     bottom = _hosts_table(hosts, now) if hosts else \
         Text("no hosts: start one with `tpuq agent`")
+    over = [Text(f"logs over budget: {o['says']}") for h in hosts
+            for o in h.get("logs_over_budget") or ()]
     if not fleet:
-        return Group(top, Text(""), bottom)
+        return Group(top, Text(""), bottom, *over)
     # the fleet's VMs that are not ready, and what each waits for
-    return Group(top, Text(""), bottom, Text(""), Text("fleet:"),
+    return Group(top, Text(""), bottom, *over, Text(""), Text("fleet:"),
                  *(Text(f"  {line}") for line in fleet))
 
 

@@ -2,8 +2,8 @@
 
 - `app.py`        the Celery app, task names, host queues, the control broadcast
 - `doorbell.py`   start an attempt on a host; wake every agent; wake the leader
-- `bell.py`       the wake-up without Celery (redis-py): what a machine with no agent rings
 - `tasks.py`      what the tasks do, through the agent's `Host` protocol
 - `worker.py`     the agent's in-process Celery worker (threads pool)
 - `logstream.py`  job output shipped to capped Redis streams, and read back
+- `accounts.py`   users' broker accounts: each reads their own jobs' log streams, no more
 """

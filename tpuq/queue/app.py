@@ -15,11 +15,10 @@ from celery import Celery
 from kombu.common import Broadcast
 
 from tpuq import settings as settings_mod
-from tpuq.queue import bell
 
 RUN_TASK = "tpuq.run"
-WAKE_TASK = bell.WAKE_TASK  # broadcast: every agent looks (schedule, stop requests)
-CONTROL_QUEUE = bell.CONTROL
+WAKE_TASK = "tpuq.wake"  # broadcast: every agent looks (schedule, stop requests)
+CONTROL_QUEUE = "tpuq.control"  # the fanout exchange and its routing key
 SCHEDULE_TASK = "tpuq.schedule"  # broadcast: only the scheduler leader acts
 LEAD_TASK = "tpuq.lead"  # broadcast: the leader let go; whoever takes the lease leads
 

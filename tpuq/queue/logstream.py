@@ -3,9 +3,14 @@ Redis stream, so `tpuq logs ID -f` works from any machine with the team configur
 
 The job itself writes to a local file (the agent is never in its output path, so an
 agent restart cannot SIGPIPE a job); a small ticker tails the files of running attempts
-into `tpuq:log:<job>:<attempt>` (a slice job's worker N > 0: `...:wN`, so every
+into `tpuq:logs:<owner>:<job>:<attempt>` (a slice job's worker N > 0: `...:wN`, so every
 worker's output reads from anywhere), capped in bytes and entries and expiring a week
 after the attempt's last output (so also when its host died and no end marker ever comes).
+
+The owner in the key is what lets a user's own broker account read their jobs' streams
+and nobody else's (queue/accounts.py: read-only on `tpuq:logs:<owner>:*`). Agents from
+before it shipped to `tpuq:log:<job>:<attempt>`: readers with the agents' account still
+find an attempt there (`legacy_key`), a user's account cannot.
 
 Each entry carries the file offset of its bytes, so a reader knows when the stream no
 longer starts at the beginning (trimmed, or lost in a Redis restart) and can say so,
@@ -34,12 +39,40 @@ TTL_S = 7 * 86400
 ENDED_KEPT = 4096  # ended attempts remembered, far more than a host runs between ticks
 
 
-def key(job_id: int, attempt: int, worker: int | None = None) -> str:
+PREFIX = "tpuq:logs:"
+
+
+def owner_part(owner: str) -> str:
+    """The owner as it stands in a key: letters, digits, '_', '.', '-' as they are,
+    anything else percent-encoded, so no owner's keys match another owner's pattern
+    (a ':' or a glob character in a name would)."""
+    from urllib.parse import quote
+
+    return quote(owner, safe="_.-") or "%"
+
+
+def pattern(owner: str) -> str:
+    """Every stream of `owner`'s jobs (a Redis glob)."""
+    return f"{PREFIX}{owner_part(owner)}:*"
+
+
+def key(owner: str, job_id: int, attempt: int, worker: int | None = None) -> str:
     """The stream of one attempt's log; worker 0 of a slice job has the job's own."""
+    base = f"{PREFIX}{owner_part(owner)}:{job_id}:{attempt}"
+    return f"{base}:w{worker}" if worker else base
+
+
+def legacy_key(job_id: int, attempt: int, worker: int | None = None) -> str:
+    """Where agents before owner keys shipped the attempt's log."""
     return f"tpuq:log:{job_id}:{attempt}:w{worker}" if worker else f"tpuq:log:{job_id}:{attempt}"
 
 
-Log = tuple[int, int, int]  # job id, attempt, worker (0: a single-host job or worker 0)
+def drop(url: str, owner: str, job_id: int, attempt: int, worker: int | None = None) -> None:
+    """Remove an attempt's stream (and one an agent from before owner keys shipped)."""
+    client(url).delete(key(owner, job_id, attempt, worker), legacy_key(job_id, attempt, worker))
+
+
+Log = tuple[str, int, int, int]  # owner, job id, attempt, worker (0: single host, worker 0)
 
 
 def client(url: str) -> Any:
@@ -89,12 +122,12 @@ class LogShipper:
         """Retry the final shipping of attempts that ended while Redis was unreachable."""
         with self._lock:
             owed = list(self._unfinished.items())
-        for (job_id, attempt, worker), path in owed:
-            self.ship(job_id, attempt, path, final=True, worker=worker)
+        for (owner, job_id, attempt, worker), path in owed:
+            self.ship(owner, job_id, attempt, path, final=True, worker=worker)
 
-    def ship(self, job_id: int, attempt: int, path: str, final: bool = False,
+    def ship(self, owner: str, job_id: int, attempt: int, path: str, final: bool = False,
              worker: int | None = None) -> None:
-        k = (job_id, attempt, worker or 0)
+        k = (owner, job_id, attempt, worker or 0)
         name = key(*k)
         with self._lock:
             if k in self._ended:
@@ -151,16 +184,22 @@ class Piece:
     end: bool = False
 
 
-def read_after(url: str, job_id: int, attempt: int, after: str, max_bytes: int,
-               worker: int | None = None) -> tuple[list[tuple[str, Piece]], bool]:
-    """Entries of the attempt's stream after entry `after` ("0-0": from the start), about
-    `max_bytes` of output at most, and whether its end marker was among them."""
+def read_after(url: str, stream: str, after: str, max_bytes: int
+               ) -> tuple[list[tuple[str, Piece]], bool]:
+    """Entries of the stream after entry `after` ("0-0": from the start), about
+    `max_bytes` of output at most, and whether its end marker was among them. A stream
+    this broker account may not read reads as an empty one."""
+    import redis
+
     r = client(url)
     out: list[tuple[str, Piece]] = []
     size = 0
     start = "-" if after == "0-0" else f"({after}"
     while size < max_bytes:
-        batch = r.xrange(key(job_id, attempt, worker), min=start, max="+", count=100)
+        try:
+            batch = r.xrange(stream, min=start, max="+", count=100)
+        except redis.exceptions.NoPermissionError:
+            return out, False
         if not batch:
             return out, False
         for raw_id, fields in batch:
@@ -176,9 +215,8 @@ def read_after(url: str, job_id: int, attempt: int, after: str, max_bytes: int,
     return out, False
 
 
-def follow(url: str, job_id: int, attempt: int, wait: bool, block_ms: int = 1000,
-           worker: int | None = None) -> Iterator[Piece | None]:
-    """Yield the attempt's output; with `wait`, block for more until its end marker
+def follow(url: str, stream: str, wait: bool, block_ms: int = 1000) -> Iterator[Piece | None]:
+    """Yield the stream's output; with `wait`, block for more until its end marker
     (the last piece, `end=True`).
 
     Yields None while waiting (so the caller can check whether the job ended).
@@ -186,7 +224,7 @@ def follow(url: str, job_id: int, attempt: int, wait: bool, block_ms: int = 1000
     r = client(url)
     last = "0-0"
     while True:
-        batch = r.xread({key(job_id, attempt, worker): last}, count=500, block=block_ms if wait else None)
+        batch = r.xread({stream: last}, count=500, block=block_ms if wait else None)
         if not batch:
             if not wait:
                 return

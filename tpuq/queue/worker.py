@@ -73,6 +73,11 @@ class HostWorker:
         except Exception:  # noqa: BLE001
             log.exception("celery worker stopped")
 
+    def alive(self) -> bool:
+        """Still consuming: its thread runs (an admin's `celery control shutdown`, or a
+        crash, ends it; the agent then starts another)."""
+        return self.thread.is_alive()
+
     def stop(self) -> None:
         try:
             self.controller.stop(in_sighandler=False)

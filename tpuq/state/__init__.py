@@ -13,9 +13,12 @@
 - `snapshot.py`     what one scheduler pass reads
 - `teams.py`        teams, members, limits
 - `outbox.py`       notifications to send: claimed, sent, retried, given up
+- `logusage.py`     what each owner's job logs take, host by host, and who is over budget
 - `functions.py`    function jobs: the pickled call, the pickled outcome
 - `admins.py`       who may change anyone's jobs; who a PostgreSQL session is
 - `roles.py`        PostgreSQL login roles for users and agents
+- `broker_accounts.py` users' broker accounts (name, password hash): agents apply them
+- `wakeups.py`      wake-ups through the database (NOTIFY): rung off the hosts, heard by agents
 - `history.py`      ended jobs over a period and what they cost (tpuq history)
 - `usage.py`        chip-hours used (periods, decay) and the quota report
 - `queries.py`      read-only views for the CLI

@@ -67,6 +67,11 @@ class Held:
         """What this host does not offer, and why (chip count or WHOLE_HOST -> reason)."""
         s.execute(update(Host).where(self._mine()).values(unavailable=unavailable or None))
 
+    def set_disk_low(self, s: Session, reason: str | None) -> None:
+        """Why the host takes no work for want of disk (its agent measures), or None."""
+        s.execute(update(Host).where(self._mine(), Host.disk_low.is_distinct_from(reason))
+                  .values(disk_low=reason))
+
     def stopped(self, s: Session) -> None:
         s.execute(update(Host).where(self._mine()).values(stopped_at=db_now()))
 
@@ -122,6 +127,8 @@ def out_of_service(row: Any, now: float, stale_s: float, min_code: str | None) -
     nothing = offers_nothing(getattr(row, "unavailable", None))
     if nothing:
         return f"offers no chip shape: {nothing}"
+    if getattr(row, "disk_low", None):
+        return str(row.disk_low)
     if row.draining:
         return "draining"
     return None
@@ -151,6 +158,7 @@ def register(s: Session, held: Held, holder: Holder, *, tpu_type: str | None,
     values = {"name": held.name, "tpu_type": tpu_type, "chips": list(chips),
               "boot_id": boot_id, "agent_pid": agent_pid, "started_at": db_now(),
               "heartbeat_at": db_now(), "busy_reason": None, "stopped_at": None,
+              "disk_low": None,
               "machine_id": holder.machine_id, "home": holder.home,
               "agent_instance": held.instance, "lost_reason": None,
               "code_revision": SCHEMA_HEAD,

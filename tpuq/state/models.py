@@ -167,6 +167,8 @@ class Host(Base):
     lost_reason: Mapped[str | None] = mapped_column(Text)
     # the newest migration its agent's code carries (state/versions.py)
     code_revision: Mapped[str | None] = mapped_column(String(32))
+    # why the host takes no work for want of disk (its agent's log keeper), or None
+    disk_low: Mapped[str | None] = mapped_column(Text)
 
 
 class Allocation(Base):
@@ -334,6 +336,30 @@ class Admin(Base):
     __tablename__ = "admins"
 
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
+
+
+class BrokerAccount(Base):
+    """A user's own broker account (queue/accounts.py): made by `tpuq user add`, put into
+    Redis by every agent. The password's SHA-256 only, which Redis takes as it is."""
+
+    __tablename__ = "broker_accounts"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    password_sha256: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[float] = mapped_column(Double)
+
+
+class LogUsage(Base):
+    """What one owner's job logs take on one host's disk (`place`: the host), as its
+    agent last measured, beside the budget it holds them to."""
+
+    __tablename__ = "log_usage"
+
+    owner: Mapped[str] = mapped_column(String(128), primary_key=True)
+    place: Mapped[str] = mapped_column(String(128), primary_key=True)
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    budget: Mapped[int] = mapped_column(BigInteger)
+    updated_at: Mapped[float] = mapped_column(Double)
 
 
 class Meta(Base):

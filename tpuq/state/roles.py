@@ -64,6 +64,14 @@ def grant_connect(s: Session, name: str) -> None:
     s.execute(text(f"GRANT CONNECT ON DATABASE {_database(s)} TO {_quote(s, name)}"))
 
 
+def is_agent_role(s: Session, name: str) -> bool:
+    """Is `name` a member of the agents' group?"""
+    return bool(s.scalar(text(
+        "SELECT 1 FROM pg_roles r JOIN pg_auth_members m ON m.member = r.oid "
+        "JOIN pg_roles g ON g.oid = m.roleid WHERE r.rolname = :n AND g.rolname = :a"),
+        {"n": name, "a": AGENT_GROUP}))
+
+
 def revoke_connect(s: Session, name: str) -> None:
     """Take this deployment away from a role; its other deployments keep it."""
     if not s.scalar(text("SELECT 1 FROM pg_roles WHERE rolname = :n"), {"n": name}):

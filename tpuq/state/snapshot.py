@@ -54,7 +54,7 @@ QUEUED_COLUMNS = tuple(JOBS.c[n] for n in (
 HOST_COLUMNS = tuple(cast(Table, Host.__table__).c[n] for n in (
     "name", "tpu_type", "chips", "heartbeat_at", "draining", "busy_reason", "stopped_at",
     "slice_name", "slice_worker", "slice_type", "unavailable", "lost_reason",
-    "code_revision"))
+    "code_revision", "disk_low"))
 
 
 def read(s: Session, host_stale_s: float, half_life_h: float,
