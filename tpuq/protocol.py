@@ -135,6 +135,9 @@ class ListJobs(Request):
     states: list[str] = []
     recent: int = 20
     everything: bool = False
+    # each queued job's expected start from the scheduler's plan run forward
+    # (`status --start`): costs a forecast, so only when asked
+    starts: bool = False
 
 
 class ShowJob(Request):

@@ -59,6 +59,11 @@ ENV: dict[str, str] = {
     "notify_poll_s": "TPUQ_NOTIFY_POLL_S",
     "notify_tries": "TPUQ_NOTIFY_TRIES",
     "notify_retry_s": "TPUQ_NOTIFY_RETRY_S",
+    "web_host": "TPUQ_WEB_HOST",
+    "web_port": "TPUQ_WEB_PORT",
+    "web_secret": "TPUQ_WEB_SECRET",
+    "web_session_h": "TPUQ_WEB_SESSION_H",
+    "web_metrics_token": "TPUQ_WEB_METRICS_TOKEN",
 }
 CONFIG_ENV = "TPUQ_CONFIG"
 # settings that take one of a few words
@@ -129,6 +134,15 @@ class Settings:
     notify_poll_s: float = 2.0
     notify_tries: int = 8
     notify_retry_s: float = 30.0
+    # `tpuq web`: where it listens (loopback unless told), how long a sign-in lasts, the
+    # key that signs its session cookies (empty: a new one per start, which signs
+    # everyone out on a restart), and the bearer token /metrics wants (empty: open
+    # while listening on loopback, refused elsewhere)
+    web_host: str = "127.0.0.1"
+    web_port: int = 8765
+    web_secret: str = ""
+    web_session_h: float = 12.0
+    web_metrics_token: str = ""
 
     # ---- derived -------------------------------------------------------------------
     @property
@@ -270,7 +284,7 @@ def check(s: Settings) -> str | None:
     None when they can."""
     positive = ("heartbeat_s", "lease_s", "leader_lease_s", "host_stale_s", "poll_s",
                 "fair_share_half_life_h", "broker_visibility_s", "gang_start_s",
-                "notify_poll_s", "notify_tries")
+                "notify_poll_s", "notify_tries", "web_session_h")
     for name in positive:
         if getattr(s, name) <= 0:
             return f"{ENV[name]} must be positive, got {getattr(s, name):g}"
@@ -284,6 +298,8 @@ def check(s: Settings) -> str | None:
     if s.host_stale_s <= s.heartbeat_s:
         return (f"{ENV['host_stale_s']} ({s.host_stale_s:g}) must be longer than "
                 f"{ENV['heartbeat_s']} ({s.heartbeat_s:g}), or every host looks dead")
+    if not 0 <= s.web_port <= 65535:
+        return f"{ENV['web_port']} must be between 0 and 65535, got {s.web_port}"
     if not 1024 <= s.port_base <= 65535 - 64:
         return f"{ENV['port_base']} must be between 1024 and {65535 - 64}, got {s.port_base}"
     return None

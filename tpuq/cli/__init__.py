@@ -16,4 +16,5 @@
 - `quota.py`       tpuq quota (and set, add-member, remove-member)
 - `agent_cmds.py`  tpuq agent, tpuq db, tpuq config
 - `pod.py`         tpuq pod hosts, run, clean, setup (a pod slice over SSH, from host 0)
+- `web.py`         tpuq web (the dashboard and /metrics) and its sign-in tokens
 """

@@ -23,9 +23,9 @@ from collections.abc import Callable, Mapping
 
 from sqlalchemy.orm import Session
 
-from tpuq.scheduler import policy
+from tpuq.scheduler import forecast, policy
 from tpuq.settings import Settings
-from tpuq.state import attempts, deps, gangs, leader, snapshot, usage
+from tpuq.state import attempts, deps, gangs, holdings, leader, snapshot, usage
 from tpuq.state.db import Database
 
 log = logging.getLogger("tpuq.scheduler")
@@ -101,12 +101,15 @@ class Scheduler:
         self._usage: dict[str, usage.Usage] | None = None
         self._usage_at = float("-inf")
         self._suspects: dict[tuple[int, int], float] = {}  # expired lease -> first seen
+        # passes while leading: count, total and last seconds (recorded with the lease)
+        self.passes: tuple[int, float, float | None] = (0, 0.0, None)
 
     def run_pass(self) -> int:
         """One pass; returns how many jobs were assigned."""
         started: list[tuple[str, int, int]] = []
         if not self.has_lease():
             return 0
+        began = time.monotonic()
         with self.db.write() as s:
             doomed = deps.cancel_doomed(s)
             if doomed:
@@ -126,6 +129,8 @@ class Scheduler:
                                     self.settings.lease_s)
                 if n is not None:
                     started.append((a.host, a.job_id, n))
+        took = time.monotonic() - began
+        self.passes = (self.passes[0] + 1, self.passes[1] + took, took)
         for host, job_id, n in started:
             self.dispatch(host, job_id, n)
         return len(started)
@@ -158,8 +163,11 @@ class Scheduler:
     def keep_lease(self) -> None:
         """Take or renew the leader lease (a ticker calls this every third of its length)."""
         asked = time.monotonic()
+        if not self.leading:
+            self.passes = (0, 0.0, None)  # a new tenure counts from 0
         with self.db.write() as s:
-            leading = leader.acquire(s, ROLE, self.holder, self.settings.leader_lease_s)
+            leading = leader.acquire(s, ROLE, self.holder, self.settings.leader_lease_s,
+                                     self.passes)
         if leading:
             self._renewed_at = asked
         was, self.leading = self.leading, leading
@@ -189,3 +197,15 @@ def waiting_reasons(db: Database, settings: Settings) -> Mapping[int, str]:
     with db.read() as s:
         _, plan = plan_for(s, settings)
     return plan.waiting
+
+
+def expected_starts(db: Database, settings: Settings) -> Mapping[int, forecast.Start]:
+    """When each queued job should start, from the leader's own plan run forward in time
+    (`tpuq status --start`, the dashboard's queue)."""
+    with db.read() as s:
+        snap = snapshot.read(s, settings.host_stale_s, settings.fair_share_half_life_h)
+        held = [forecast.Holding(job_id, team, user, host, frozenset(chips), kind, end)
+                for job_id, team, user, host, kind, chips, end in holdings.held(s)]
+    jobs, hosts, teams = views(snap)
+    return forecast.expected_starts(jobs, hosts, teams, held, snap.now,
+                                    array_running=snap.array_running)

@@ -16,12 +16,17 @@ from tpuq.state.db import rows_changed
 from tpuq.state.models import Leader
 
 
-def acquire(s: Session, role: str, holder: str, lease_s: float) -> bool:
-    """Take or renew the lease for `role`; True when `holder` leads now."""
+def acquire(s: Session, role: str, holder: str, lease_s: float,
+            passes: tuple[int, float, float | None] = (0, 0.0, None)) -> bool:
+    """Take or renew the lease for `role`; True when `holder` leads now. `passes`: the
+    holder's scheduling passes while it led so far (count, total and last seconds),
+    recorded with the renewal for metrics (one write that happens anyway)."""
+    count, total, last = passes
     r = s.execute(
         update(Leader)
         .where(Leader.role == role, (Leader.holder == holder) | (Leader.expires_at < db_now()))
-        .values(holder=holder, expires_at=db_now() + lease_s)
+        .values(holder=holder, expires_at=db_now() + lease_s, pass_count=count,
+                pass_seconds_sum=total, pass_seconds_last=last)
     )
     if rows_changed(r):
         return True
