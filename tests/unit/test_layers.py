@@ -1,6 +1,7 @@
 """The package's layers point one way and no module imports itself back.
 
-cli -> pod -> client -> agent -> api -> queue -> scheduler -> state -> leaf modules (LAYERS).
+cli -> pod -> client -> agent -> web -> api -> queue -> scheduler -> state -> leaf modules
+(LAYERS).
 Every import counts,
 also those under TYPE_CHECKING and those inside functions (lazy imports keep the CLI
 fast; they still tie modules together).
@@ -23,6 +24,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("scheduler", ("tpuq.scheduler",)),
     ("queue", ("tpuq.queue",)),
     ("api", ("tpuq.api",)),
+    # the dashboard and /metrics: renders what the handlers answer; only the CLI imports it
+    ("web", ("tpuq.web",)),
     ("agent", ("tpuq.agent",)),
     ("client", ("tpuq.client",)),
     ("pod", ("tpuq.pod",)),

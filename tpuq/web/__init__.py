@@ -4,6 +4,7 @@ Imported only by `tpuq web` (Starlette, uvicorn, Jinja2 and prometheus_client ar
 loaded by any other command).
 
 - `app.py`      the Starlette application: routes, sign-in gate, errors; serving it
+- `site.py`     what every route needs; who is asking, a form once its CSRF token is right
 - `auth.py`     who is asking: tokens, PostgreSQL passwords, sessions, CSRF
 - `pages.py`    the pages and their live fragments
 - `actions.py`  cancel, hold, release, resubmit, drain: the handlers, as the signed-in person

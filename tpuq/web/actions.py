@@ -13,34 +13,17 @@ from urllib.parse import quote
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from tpuq.api.caller import Caller
 from tpuq.protocol import Action, Control, Done, Drain, Resubmit, Results
-from tpuq.web import auth, data
+from tpuq.web import data
 
 if TYPE_CHECKING:
-    from tpuq.web.app import Web
+    from tpuq.web.site import Web
 
 JOB_ACTIONS = {"cancel": Action.CANCEL, "hold": Action.HOLD, "release": Action.RELEASE}
 
 
-def checked_form(web: Web, request: Request) -> tuple[Caller, Any]:
-    """The caller and the posted form, once the CSRF token and origin are right."""
-    from tpuq.web.app import Unauthorized
-
-    session = web.session(request)
-    caller = auth.caller_of(web.db, session)
-    if session is None or caller is None:
-        raise Unauthorized()
-    form = auth.read_form(request)
-    sent = request.headers.get(auth.CSRF_HEADER) or str(form.get(auth.CSRF_FIELD) or "")
-    if not auth.csrf_ok(session, sent) or not auth.same_origin(request):
-        raise data.Refused(403, "this form is stale or not from this site: reload the page "
-                                "and try again")
-    return caller, form
-
-
 def job_action(web: Web, request: Request) -> Response:
-    caller, _ = checked_form(web, request)
+    caller, _ = web.checked_form(request)
     job_id = int(request.path_params["id"])
     action = request.path_params["action"]
     if action == "resubmit":
@@ -58,7 +41,7 @@ def job_action(web: Web, request: Request) -> Response:
 
 
 def host_action(web: Web, request: Request) -> Response:
-    caller, _ = checked_form(web, request)
+    caller, _ = web.checked_form(request)
     host = request.path_params["host"]
     action = request.path_params["action"]
     if action not in ("drain", "undrain"):

@@ -8,102 +8,20 @@ handlers' answer (tpuq/api/handlers.py), never this module's.
 
 from __future__ import annotations
 
-import hmac
-import ipaddress
-import time
-from collections.abc import Callable, Mapping
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from prometheus_client.registry import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, PlainTextResponse, Response
+from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.templating import Jinja2Templates
 
-from tpuq.api.caller import Caller
-from tpuq.api.handlers import Api
 from tpuq.settings import Settings
 from tpuq.state.db import Database
-from tpuq.web import actions, auth, live, pages
+from tpuq.web import actions, live, pages
 from tpuq.web.data import Refused
-from tpuq.web.metrics import TpuqCollector
-
-HERE = Path(__file__).resolve().parent
-FORECAST_TTL_S = 5.0  # the start forecast is shared by the requests of a few seconds
-
-
-class Unauthorized(Exception):
-    """No session (or one whose token was revoked): the sign-in form, status 401."""
-
-
-class Web:
-    """What every route needs: the handlers, sessions, templates and the collector."""
-
-    def __init__(self, settings: Settings, db: Database, listen_host: str) -> None:
-        self.settings = settings
-        self.db = db
-        self.listen_host = listen_host
-        self.api = Api(settings, db, here=settings.host, starts=self._cached_starts)
-        self.sessions = auth.Sessions(settings)
-        self.throttle = auth.Throttle()
-        self.templates = Jinja2Templates(directory=str(HERE / "templates"))
-        self.templates.env.filters.update(when=_when, ago=_ago, dur=_dur)
-        self.registry = CollectorRegistry(auto_describe=True)
-        self.registry.register(TpuqCollector(db, settings.host_stale_s))
-        self._starts: tuple[float, Mapping[int, Any]] = (float("-inf"), {})
-
-    def _cached_starts(self) -> Mapping[int, Any]:
-        at, value = self._starts
-        if time.monotonic() - at > FORECAST_TTL_S:
-            from tpuq.scheduler.loop import expected_starts
-
-            value = expected_starts(self.db, self.settings)
-            self._starts = (time.monotonic(), value)
-        return value
-
-    # ---- who ----------------------------------------------------------------------------
-    def session(self, request: Request) -> auth.Session | None:
-        return self.sessions.read(request)
-
-    def caller(self, request: Request) -> Caller:
-        """The signed-in person, or Unauthorized."""
-        who = auth.caller_of(self.db, self.session(request))
-        if who is None:
-            raise Unauthorized()
-        return who
-
-    def render(self, request: Request, template: str, status: int = 200,
-               **context: Any) -> HTMLResponse:
-        session = self.session(request)
-        return self.templates.TemplateResponse(
-            request, template, {"session": session, "csrf": session.csrf if session else "",
-                                "csrf_field": auth.CSRF_FIELD, **context}, status_code=status)
-
-    # ---- /metrics ------------------------------------------------------------------------
-    def metrics(self, request: Request) -> Response:
-        token = self.settings.web_metrics_token
-        if token:
-            sent = request.headers.get("authorization", "").encode()
-            if not hmac.compare_digest(sent, f"Bearer {token}".encode()):
-                return PlainTextResponse("metrics need TPUQ_WEB_METRICS_TOKEN as a bearer "
-                                         "token\n", status_code=401)
-        elif not loopback(self.listen_host):
-            return PlainTextResponse("metrics are open only while tpuq web listens on loopback: "
-                                     "set TPUQ_WEB_METRICS_TOKEN\n", status_code=403)
-        return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
-
-
-def loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+from tpuq.web.site import HERE, Unauthorized, Web
 
 
 def create_app(settings: Settings, db: Database, listen_host: str = "127.0.0.1") -> Starlette:
@@ -169,20 +87,6 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, with_headers)
-
-
-def _when(t: float | None) -> str:
-    return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
-
-
-def _ago(t: float | None, now: float | None = None) -> str:
-    return "-" if t is None else _dur((now or time.time()) - t)
-
-
-def _dur(seconds: float) -> str:
-    from tpuq.spec import show_duration
-
-    return show_duration(max(0.0, seconds))
 
 
 def serve(settings: Settings, db: Database, host: str, port: int) -> None:

@@ -23,7 +23,7 @@ from tpuq.protocol import LogChunk, ReadLog
 from tpuq.web import data
 
 if TYPE_CHECKING:
-    from tpuq.web.app import Web
+    from tpuq.web.site import Web
 
 TAIL_LINES = 200  # lines of earlier output a page starts with
 POLL_S = 1.0

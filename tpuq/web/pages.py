@@ -16,7 +16,7 @@ from tpuq.state import webtokens
 from tpuq.web import auth, data
 
 if TYPE_CHECKING:
-    from tpuq.web.app import Web
+    from tpuq.web.site import Web
 
 HISTORY_PAGE = 200  # rows of history shown at once
 HISTORY_DAYS = (1, 7, 30, 90, 365)
@@ -71,9 +71,7 @@ def login(web: Web, request: Request) -> Response:
 
 
 def logout(web: Web, request: Request) -> Response:
-    from tpuq.web.actions import checked_form
-
-    checked_form(web, request)
+    web.checked_form(request)
     response = RedirectResponse("/login", status_code=303)
     response.delete_cookie(auth.COOKIE)
     return response
