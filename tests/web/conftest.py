@@ -37,8 +37,9 @@ class Site:
 
 
 def spec(owner: str, **more: object) -> JobSpec:
+    fields: dict[str, object] = {"team": "ml", "grace_s": 5.0, **more}
     return JobSpec(command=["python", "train.py"], cwd="/tmp", env={"SECRET": "s3"},
-                   owner=owner, team="ml", grace_s=5.0, **more).validate()  # type: ignore[arg-type]
+                   owner=owner, **fields).validate()  # type: ignore[arg-type]
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
