@@ -81,7 +81,8 @@ def expected_starts(jobs: Sequence[JobView], hosts: Sequence[HostView],
     unknown = sim.unknown_holders()
     for j in queue:
         reason = first.get(j.id, "")
-        out[j.id] = Start(None, f"{reason}; {NO_LIMIT_WORDS}" if unknown and reason
+        said = "no time limit" in reason  # the reason already names the cause
+        out[j.id] = Start(None, f"{reason}; {NO_LIMIT_WORDS}" if unknown and reason and not said
                           else reason or NO_LIMIT_WORDS, rank[j.id])
     return out
 

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 HISTORY_PAGE = 200  # rows of history shown at once
 HISTORY_DAYS = (1, 7, 30, 90, 365)
+TIMELINE_SPANS = ((1, "hour"), (24, "day"), (168, "7 days"))  # hours, in words
 
 
 def _json(value: Any) -> str:
@@ -118,8 +119,12 @@ def teams(web: Web, request: Request) -> Response:
 
 def timeline(web: Web, request: Request) -> Response:
     caller = web.caller(request)
-    g = data.gantt(web.db, time.time())
-    return web.render(request, "timeline.html", caller=caller, gantt=g, gantt_json=_json(g))
+    spans = dict(TIMELINE_SPANS)
+    hours = request.query_params.get("hours", "168")
+    span_h = int(hours) if hours.isdigit() and int(hours) in spans else 168
+    g = data.gantt(web.db, time.time(), span_h * 3600.0)
+    return web.render(request, "timeline.html", caller=caller, gantt=g, gantt_json=_json(g),
+                      spans=TIMELINE_SPANS, span_h=span_h, span_words=spans[span_h])
 
 
 def history(web: Web, request: Request) -> Response:

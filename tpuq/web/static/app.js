@@ -26,7 +26,8 @@ function freeChart() {
         {label: "out of service", data: data.map(k => k.out), backgroundColor: "#b9b9b9"},
       ],
     },
-    options: {indexAxis: "y", animation: false, scales: {x: {stacked: true}, y: {stacked: true}}},
+    options: {indexAxis: "y", animation: false, maintainAspectRatio: false,
+      scales: {x: {stacked: true, ticks: {precision: 0}}, y: {stacked: true}}},
   });
 }
 
@@ -71,9 +72,10 @@ function ganttChart() {
     options: {indexAxis: "y", animation: false, maintainAspectRatio: false,
       scales: {x: {type: "linear", min: g.from, max: g.to, ticks: {callback: timeLabel, maxTicksLimit: 8}},
                y: {type: "category", labels: g.hosts}},
-      plugins: {tooltip: {callbacks: {label: ctx => {
+      plugins: {legend: {labels: {filter: item => item.text !== "attempts"}},
+        tooltip: {callbacks: {label: ctx => {
         const r = ctx.raw.b || ctx.raw.m;
-        return r.b ? "" : (r.outcome ? `job ${r.job} #${r.attempt} (${r.owner}): ${r.outcome}` : `${r.kind}: job ${r.job}`);
+        return r.outcome ? `job ${r.job} #${r.attempt} (${r.owner}): ${r.outcome}` : `${r.kind}: job ${r.job}`;
       }}}}},
   });
   canvas.dataset.drawn = "yes";
