@@ -15,34 +15,13 @@ from sqlalchemy import insert, update
 
 from tests.state.rows import register_host
 from tests.web.conftest import spec
+from tests.web.metrics_golden import GOLDEN
 from tpuq.state import jobs, teams
 from tpuq.state.db import Database
 from tpuq.state.models import Attempt, Host, Job, Leader, Notification
 from tpuq.web import metrics
 from tpuq.web.metrics import TpuqCollector
 
-# name -> (type, label names): change only with the docs (docs/dashboard.md) and the
-# Grafana dashboard (workers/grafana-dashboard.json)
-GOLDEN: dict[str, tuple[str, tuple[str, ...]]] = {
-    "tpuq_up": ("gauge", ()),
-    "tpuq_scrape_seconds": ("gauge", ()),
-    "tpuq_jobs": ("gauge", ("state", "team")),
-    "tpuq_hosts": ("gauge", ("state",)),
-    "tpuq_chips": ("gauge", ("state", "tpu_type")),
-    "tpuq_team_budget_chip_hours": ("gauge", ("period", "team")),
-    "tpuq_team_used_chip_hours": ("gauge", ("period", "team")),
-    "tpuq_team_burn_chip_hours_per_day": ("gauge", ("team",)),
-    "tpuq_job_wait_seconds": ("histogram", ("team",)),
-    "tpuq_resume_seconds": ("histogram", ()),
-    "tpuq_preemptions": ("counter", ("cause",)),
-    "tpuq_lost_work_chip_seconds": ("counter", ("cause",)),
-    "tpuq_allocated_chip_seconds": ("counter", ()),
-    "tpuq_useful_chip_seconds": ("counter", ()),
-    "tpuq_goodput_ratio": ("gauge", ()),
-    "tpuq_scheduler_pass_seconds": ("summary", ()),
-    "tpuq_scheduler_last_pass_seconds": ("gauge", ()),
-    "tpuq_notifications_failed": ("counter", ()),
-}
 HOUR = 3600.0
 
 
