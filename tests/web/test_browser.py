@@ -108,9 +108,10 @@ def test_a_person_reads_the_queue_follows_a_log_and_is_refused_what_is_not_their
     assert "talker" in row.inner_text() and "running" in row.inner_text()
     assert "tpu-a" in row.inner_text()
     page.wait_for_function("() => !!Chart.getChart(document.querySelector('#free-chart'))")
-    queued = page.locator(f"#waiting tr[data-job='{jobs['waiting']}']")
-    assert queued.locator("td").first.inner_text() == "1"  # first in line
-    assert "no time limit" in queued.locator(".reason").inner_text()  # and why no start time
+    # the start forecast arrives with a refresh of the queue (it is made in the background)
+    queued = f"#waiting tr[data-job='{jobs['waiting']}']"
+    page.wait_for_selector(f"{queued} td.reason:has-text('no time limit')", timeout=20000)
+    assert page.locator(f"{queued} td").first.inner_text() == "1"  # first in line
     shot(page, tmp_path, "queue")
 
     page.goto(f"{d['url']}/chips")

@@ -16,7 +16,7 @@ from sqlalchemy import insert, update
 from tests.state.rows import register_host
 from tests.web.conftest import spec
 from tests.web.metrics_golden import GOLDEN
-from tpuq.state import jobs, teams
+from tpuq.state import jobs, teams, usage
 from tpuq.state.db import Database
 from tpuq.state.models import Attempt, Host, Job, Leader, Notification
 from tpuq.web import metrics
@@ -104,6 +104,7 @@ def test_the_numbers_are_the_databases(db: Database, monkeypatch: pytest.MonkeyP
                 outcome="lost", reason="lease expired: host tpu-a stopped answering")
         s.execute(insert(Notification).values(job_id=c, event="failed", created_at=now,
                                                state="failed", next_at=now, tries=8))
+        teams.set_quota(s, "ml", budget_chip_hours=100.0, budget_period="month")
         s.execute(insert(Leader).values(role="scheduler", holder="h", expires_at=now + 6,
                                         pass_count=10, pass_seconds_sum=0.5,
                                         pass_seconds_last=0.04))
@@ -138,6 +139,14 @@ def test_the_numbers_are_the_databases(db: Database, monkeypatch: pytest.MonkeyP
         assert value(f, "tpuq_notifications_failed_total") == 1
         assert value(f, "tpuq_scheduler_pass_seconds_count") == 10
         assert value(f, "tpuq_scheduler_last_pass_seconds") == pytest.approx(0.04)
+        # charged (usage.py's rule): a's second attempt; the preempted and lost ones not
+        assert value(f, "tpuq_team_burn_chip_hours_per_day", team="ml") == \
+            pytest.approx(4 * 1000 / 3600)
+        assert value(f, "tpuq_team_budget_chip_hours", team="ml", period="month") == 100
+        with db.read() as s:  # the same use as `tpuq quota` reports
+            (ml,) = [r for r in usage.report(s, 168.0) if r["team"] == "ml"]
+        assert value(f, "tpuq_team_used_chip_hours", team="ml", period="month") == \
+            pytest.approx(ml["used_chip_hours"], abs=1e-3)
 
 
 def test_health_drops_when_the_database_cannot_be_read() -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, func, literal_column, or_, select
+from sqlalchemy import Table, and_, func, literal_column, select
 from sqlalchemy.orm import Session, aliased
 
 from tpuq.state import hosts as hosts_mod
@@ -79,22 +79,6 @@ def teams(s: Session) -> list[Any]:
                                  Team.grant_expires_at, Team.max_chips)))
 
 
-def charged_chip_hours(s: Session, lo: float, hi: float) -> dict[str, float]:
-    """team -> chip-hours charged between `lo` and `hi` (the quota rule of usage.py:
-    every attempt but the NOT_CHARGED ones, running ones up to `hi`), summed in SQL."""
-    pg = s.get_bind().dialect.name == "postgresql"
-    greatest, least = (func.greatest, func.least) if pg else (func.max, func.min)
-    n = func.json_array_length(Attempt.chips)
-    end = least(func.coalesce(Attempt.ended_at, hi), hi)
-    span = end - greatest(Attempt.started_at, lo)
-    q = (select(Job.team, func.sum(n * span)).join(Job, Job.id == Attempt.job_id)
-         .where(Attempt.started_at.is_not(None), Attempt.started_at < hi,
-                or_(Attempt.ended_at.is_(None), Attempt.ended_at > lo),
-                or_(Attempt.outcome.is_(None), Attempt.outcome.not_in(_NOT_CHARGED)))
-         .group_by(Job.team))
-    return {team: max(0.0, float(total or 0.0)) / 3600.0 for team, total in s.execute(q)}
-
-
 def notifications_failed(s: Session) -> int:
     q = select(func.count()).select_from(Notification).where(Notification.state == "failed")
     return int(s.execute(q).scalar_one())
@@ -112,13 +96,13 @@ ATTEMPTS = cast(Table, Attempt.__table__)
 
 
 def starts(s: Session, lo: float, hi: float) -> list[Any]:
-    """Attempts that started in [lo, hi): (team, waited_s, after) where `after` is how
+    """Attempts that started in [lo, hi): (team, waited_s, after, started_at) where `after` is how
     the attempt before it ended (None for a first attempt) and `waited_s` the time from
     the job's submission, or the end of that attempt, to this start."""
     prev = aliased(Attempt)
     queued_since = func.coalesce(prev.ended_at, Job.submitted_at)
     q = (select(Job.team, (Attempt.started_at - queued_since).label("waited_s"),
-                prev.outcome.label("after"))
+                prev.outcome.label("after"), Attempt.started_at)
          .join(Job, Job.id == Attempt.job_id)
          .outerjoin(prev, and_(prev.job_id == Attempt.job_id,
                                prev.number == Attempt.number - literal_column("1")))
@@ -126,19 +110,22 @@ def starts(s: Session, lo: float, hi: float) -> list[Any]:
     return list(s.execute(q).all())
 
 
-ENDED_COLUMNS = (Attempt.outcome, Attempt.reason, Attempt.chips, Attempt.assigned_at,
+ENDED_COLUMNS = (Job.team, Attempt.outcome, Attempt.reason, Attempt.chips, Attempt.assigned_at,
                  Attempt.started_at, Attempt.ended_at, Attempt.checkpoint_at)
 
 
 def ends(s: Session, lo: float, hi: float) -> list[Any]:
-    """Attempts that ended in [lo, hi), with what goodput and lost work need."""
-    q = select(*ENDED_COLUMNS).where(Attempt.ended_at >= lo, Attempt.ended_at < hi)
+    """Attempts that ended in [lo, hi), with what goodput, lost work and the teams'
+    charged chip-hours need."""
+    q = (select(*ENDED_COLUMNS).join(Job, Job.id == Attempt.job_id)
+         .where(Attempt.ended_at >= lo, Attempt.ended_at < hi))
     return list(s.execute(q).all())
 
 
 def running(s: Session) -> list[Any]:
     """Attempts that have not ended (their chip-seconds so far)."""
-    return list(s.execute(select(*ENDED_COLUMNS).where(Attempt.ended_at.is_(None))).all())
+    q = select(*ENDED_COLUMNS).join(Job, Job.id == Attempt.job_id).where(Attempt.ended_at.is_(None))
+    return list(s.execute(q).all())
 
 
 def cause(outcome: str | None, reason: str | None) -> str:

@@ -35,6 +35,7 @@ HTTP_STATUS = {Failure.FORBIDDEN: 403, Failure.NOT_FOUND: 404, Failure.CONFLICT:
                Failure.REFUSED: 400, Failure.BAD_REQUEST: 400, Failure.UNAVAILABLE: 503,
                Failure.BUSY: 429}
 WEEK_S = 7 * 86400.0
+SHOWN = 300  # rows of waiting (and of running) jobs a page shows; the count says the rest
 OPEN = {st.value for st in (*WAITING, *ACTIVE)}
 
 
@@ -67,8 +68,9 @@ def queue(api: Api, caller: Caller) -> dict[str, Any]:
     active = [j for j in reply.jobs if j["state"] in ("assigned", "running", "preempting")]
     ended = sorted((j for j in reply.jobs if j["state"] not in OPEN),
                    key=lambda j: -(j.get("ended_at") or 0))
-    return {"waiting": waiting, "active": active, "ended": ended, "hosts": reply.hosts,
-            "now": reply.now, "free": free_chips(reply.hosts)}
+    return {"waiting": waiting[:SHOWN], "active": active[:SHOWN], "ended": ended,
+            "hosts": reply.hosts, "now": reply.now, "free": free_chips(reply.hosts),
+            "counts": {"waiting": len(waiting), "active": len(active)}}
 
 
 def free_chips(hosts: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session
 
 from tpuq.state import aggregates, usage
 from tpuq.state.db import Database
-from tpuq.web.tally import Tally
+from tpuq.web.tally import KEEP_S, Tally
 
 log = logging.getLogger("tpuq.web.metrics")
 SETTLE_S = 120.0
@@ -73,23 +73,29 @@ class TpuqCollector(Collector):
         yield from _jobs(aggregates.open_jobs(s))
         hosts = aggregates.host_counts(s, now, self.stale_s)
         yield from _hosts(hosts, self.fleet_waiting(s))
-        yield from _quota(s, now)
-        yield from _totals(self._tally(s, now))
+        tally = self._tally(s, now)
+        yield from _quota(aggregates.teams(s), tally, now)
+        yield from _totals(tally)
         yield from _scheduler(aggregates.scheduler_passes(s))
         yield _counter("tpuq_notifications_failed", "Notifications given up after every try",
                        aggregates.notifications_failed(s))
 
     def _tally(self, s: Session, now: float) -> Tally:
-        cut = now - SETTLE_S
+        """The settled totals, brought up to `now - SETTLE_S`, plus what is newer (one
+        query each for starts and ends since the last cut, split here)."""
+        cut = max(self._cut, now - SETTLE_S)
+        started = aggregates.starts(s, self._cut, FAR_FUTURE)
+        ended = aggregates.ends(s, self._cut, FAR_FUTURE)
         if cut > self._cut:
-            self._settled.add_starts(aggregates.starts(s, self._cut, cut))
-            self._settled.add_ends(aggregates.ends(s, self._cut, cut))
+            self._settled.forget_before(now - KEEP_S)
+            self._settled.add_starts(r for r in started if r.started_at < cut)
+            self._settled.add_ends(r for r in ended if r.ended_at < cut)
             self._cut = cut
-        fresh = self._settled.copy()
-        fresh.add_starts(aggregates.starts(s, self._cut, FAR_FUTURE))
-        fresh.add_ends(aggregates.ends(s, self._cut, FAR_FUTURE))
+        fresh = Tally(horizon=self._settled.horizon)
+        fresh.add_starts(r for r in started if r.started_at >= cut)
+        fresh.add_ends(r for r in ended if r.ended_at >= cut)
         fresh.add_running(aggregates.running(s), now)
-        return fresh
+        return self._settled.plus(fresh)
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
@@ -131,12 +137,10 @@ def _hosts(hosts: list[aggregates.HostCount], fleet_waiting: int) -> Iterator[Me
     yield c
 
 
-def _quota(s: Session, now: float) -> Iterator[Metric]:
-    rows = aggregates.teams(s)
-    day = aggregates.charged_chip_hours(s, now - usage.BURN_WINDOW_S, now)
+def _quota(rows: list[Any], tally: Tally, now: float) -> Iterator[Metric]:
+    day = tally.charged_hours(now - usage.BURN_WINDOW_S)
     periods = {r.budget_period for r in rows if r.budget_chip_hours is not None}
-    used = {p: aggregates.charged_chip_hours(s, usage.period_start(now, p), now)
-            for p in periods}
+    used = {p: tally.charged_hours(usage.period_start(now, p)) for p in periods}
     limit = GaugeMetricFamily("tpuq_team_budget_chip_hours", "A team's chip-hour budget per "
                               "period", labels=["team", "period"])
     spent = GaugeMetricFamily("tpuq_team_used_chip_hours", "Chip-hours charged to a team in "

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import logging
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,6 +27,7 @@ from tpuq.web import auth
 from tpuq.web.data import Refused
 from tpuq.web.metrics import TpuqCollector
 
+log = logging.getLogger("tpuq.web")
 HERE = Path(__file__).resolve().parent
 FORECAST_TTL_S = 5.0  # the start forecast is shared by the requests of a few seconds
 
@@ -48,15 +51,26 @@ class Web:
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(TpuqCollector(db, settings.host_stale_s))
         self._starts: tuple[float, Mapping[int, Any]] = (float("-inf"), {})
+        self._forecasting = threading.Lock()
 
     def _cached_starts(self) -> Mapping[int, Any]:
+        """The latest start forecast, never waited for: a page shows what the last one
+        said (nothing yet, just after start) while a thread makes a fresh one once it
+        is older than FORECAST_TTL_S (a forecast of 10,000 queued jobs takes seconds)."""
         at, value = self._starts
-        if time.monotonic() - at > FORECAST_TTL_S:
-            from tpuq.scheduler.loop import expected_starts
-
-            value = expected_starts(self.db, self.settings)
-            self._starts = (time.monotonic(), value)
+        if time.monotonic() - at > FORECAST_TTL_S and self._forecasting.acquire(blocking=False):
+            threading.Thread(target=self._forecast, name="forecast", daemon=True).start()
         return value
+
+    def _forecast(self) -> None:
+        from tpuq.scheduler.loop import expected_starts
+
+        try:
+            self._starts = (time.monotonic(), expected_starts(self.db, self.settings))
+        except Exception as e:  # noqa: BLE001 - the next request tries again
+            log.warning("start forecast failed: %s", e)
+        finally:
+            self._forecasting.release()
 
     # ---- who ----------------------------------------------------------------------------
     def session(self, request: Request) -> auth.Session | None:
