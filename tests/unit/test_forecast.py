@@ -72,3 +72,13 @@ def test_priority_orders_the_queue() -> None:
     out = expected_starts([job(10, limit=H), job(11, limit=H, priority=5)], hosts, {}, held, NOW)
     assert out[11].position == 1 and out[11].at == NOW + H
     assert out[10].at == NOW + 2 * H
+
+
+def test_a_users_habit_of_finishing_early_brings_the_start_forward() -> None:
+    # bob's jobs use half their limit: the 4-hour job ahead is taken to end after 2 hours
+    hosts = [host("a", (0, 1, 2, 3))]
+    held = [holding(1, "a", (0, 1, 2, 3), NOW + H)]
+    jobs = [job(10, limit=4 * H, user="bob"), job(11, limit=H)]
+    out = expected_starts(jobs, hosts, {}, held, NOW, share_of_limit={"bob": 0.5})
+    assert out[10].at == NOW + H
+    assert out[11].at == NOW + 3 * H

@@ -53,10 +53,15 @@ def expected_starts(jobs: Sequence[JobView], hosts: Sequence[HostView],
                     teams: Mapping[str, TeamView], holdings: Iterable[Holding], now: float,
                     succeeded: frozenset[int] = frozenset(), *, max_steps: int = 48,
                     horizon_s: float = 30 * 86400.0,
-                    array_running: Mapping[int, int] = MappingProxyType({})
+                    array_running: Mapping[int, int] = MappingProxyType({}),
+                    share_of_limit: Mapping[str, float] = MappingProxyType({})
                     ) -> dict[int, Start]:
-    """Every queued job in `jobs`: when it should start, or why no time can be given."""
+    """Every queued job in `jobs`: when it should start, or why no time can be given.
+    `share_of_limit`: user -> how much of their time limit their jobs use (from their
+    recent history); a queued job is taken to run that share of its limit (all of it
+    for a user without history)."""
     sim = _Simulation(hosts, teams, list(holdings), succeeded)
+    sim.share = share_of_limit
     queue = list(jobs)
     starts: dict[int, float] = {}
     first: Mapping[int, str] = {}
@@ -114,6 +119,7 @@ class _Simulation:
         self.teams = dict(teams)
         self.holdings = holdings
         self.succeeded = succeeded
+        self.share: Mapping[str, float] = {}
 
     def host_views(self) -> list[HostView]:
         busy: dict[str, set[int]] = {n: set(s) for n, s in self.stuck.items()}
@@ -144,7 +150,8 @@ class _Simulation:
                 for t in names}
 
     def start(self, job: JobView, host: str, chips: tuple[int, ...], t: float) -> None:
-        end = None if job.time_limit_s is None else t + job.time_limit_s
+        share = min(1.0, max(0.0, self.share.get(job.user, 1.0)))
+        end = None if job.time_limit_s is None else t + job.time_limit_s * share
         view = self.hosts.get(host)
         self.holdings.append(Holding(job.id, job.team, job.user, host, frozenset(chips),
                                      view.tpu_type if view else job.tpu_type, end))

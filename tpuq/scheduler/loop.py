@@ -204,8 +204,9 @@ def expected_starts(db: Database, settings: Settings) -> Mapping[int, forecast.S
     (`tpuq status --start`, the dashboard's queue)."""
     with db.read() as s:
         snap = snapshot.read(s, settings.host_stale_s, settings.fair_share_half_life_h)
+        share = holdings.shares(s)
         held = [forecast.Holding(job_id, team, user, host, frozenset(chips), kind, end)
-                for job_id, team, user, host, kind, chips, end in holdings.held(s)]
+                for job_id, team, user, host, kind, chips, end in holdings.held(s, share)]
     jobs, hosts, teams = views(snap)
     return forecast.expected_starts(jobs, hosts, teams, held, snap.now,
-                                    array_running=snap.array_running)
+                                    array_running=snap.array_running, share_of_limit=share)
