@@ -57,7 +57,7 @@ def shares(s: Session) -> dict[str, float]:
     limit that succeeded lately (how long a job runs is its owner's habit: a limit
     set with room to spare stays so)."""
     q = (select(Job.owner, (Attempt.ended_at - Attempt.started_at) / Job.time_limit_s)
-         .join(Job, Job.id == Attempt.job_id)
+         .select_from(Attempt).join(Job, Job.id == Attempt.job_id)
          .where(Attempt.outcome == "succeeded", Job.time_limit_s > 0,
                 Attempt.started_at.is_not(None),
                 Attempt.ended_at > db_now() - SHARE_WINDOW_S)
