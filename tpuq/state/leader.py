@@ -34,7 +34,9 @@ def acquire(s: Session, role: str, holder: str, lease_s: float,
         return False
     try:
         with s.begin_nested():
-            s.execute(insert(Leader).values(role=role, holder=holder, expires_at=db_now() + lease_s))
+            s.execute(insert(Leader).values(role=role, holder=holder, expires_at=db_now() + lease_s,
+                                            pass_count=count, pass_seconds_sum=total,
+                                            pass_seconds_last=last))
     except IntegrityError:
         return False
     return True
