@@ -220,15 +220,36 @@ def history_handler(db: Database, settings: Settings, days: float) -> tuple[int,
     return len(reply.rows), time.perf_counter() - t0  # type: ignore[attr-defined]
 
 
+def first_loads(scale: int) -> None:
+    small_url = create_pg_database()
+    small = Database(small_url)
+    try:
+        small.upgrade()
+        fill(small, 200, 10_000 // scale, 16, spread_days=6.5)
+        cfg = Settings(database_url=small_url, home="/tmp/tpuq-bench-web", host="bench")
+        for path, took in pages(small, cfg):
+            print(f"first load GET {path:<18} {ms(took)}   (target <= 1 s)")
+        rows, handler = history_handler(small, cfg, 7)
+        print(f"baseline: the History handler for all {rows} rows of the week: {ms(handler)}")
+    finally:
+        small.dispose()
+        drop_pg_database(small_url)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--pages", action="store_true", help="only the first loads (skip the "
+                    "big database)")
     ap.add_argument("--scrape-loop", metavar="URL", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.scrape_loop:
         scrape_loop(args.scrape_loop)
         return
     scale = 10 if args.quick else 1
+    if args.pages:
+        first_loads(scale)
+        return
     url = create_pg_database()
     db = Database(url)
     try:
@@ -248,19 +269,7 @@ def main() -> None:
         print(f"scheduler pass p50 alone {ms(statistics.median(alone))}, while scraping "
               f"{ms(statistics.median(busy))} "
               f"({statistics.median(busy) / statistics.median(alone):.2f}x)")
-        small_url = create_pg_database()
-        small = Database(small_url)
-        try:
-            small.upgrade()
-            fill(small, 200, 10_000 // scale, 16, spread_days=6.5)
-            cfg = Settings(database_url=small_url, home="/tmp/tpuq-bench-web", host="bench")
-            for path, took in pages(small, cfg):
-                print(f"first load GET {path:<18} {ms(took)}   (target <= 1 s)")
-            rows, handler = history_handler(small, cfg, 7)
-            print(f"baseline: the History handler alone ({rows} rows): {ms(handler)}")
-        finally:
-            small.dispose()
-            drop_pg_database(small_url)
+        first_loads(scale)
     finally:
         db.dispose()
         drop_pg_database(url)

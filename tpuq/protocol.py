@@ -230,6 +230,9 @@ class History(Request):
     user: str | None = None
     team: str | None = None
     states: list[str] = []
+    match: str | None = None  # only jobs whose name or command holds this text
+    newest: int | None = None  # a page: the newest this many (None: every one)...
+    skip: int = 0  # ...after the `skip` newest
 
 
 class QuotaReport(Request):

@@ -261,8 +261,11 @@ class Api:
 
     def history(self, req: History, caller: Caller) -> Reply:
         with self.db.read() as s:
-            return Rows(rows=history.ended(s, since=req.since, until=req.until, user=req.user,
-                                           team=req.team, states=req.states))
+            return Rows(rows=history.ended(
+                s, since=req.since, until=req.until, user=req.user, team=req.team,
+                states=req.states, match=req.match,
+                newest=None if req.newest is None else max(0, min(req.newest, 10_000)),
+                skip=max(0, req.skip)))
 
     def quota(self, req: QuotaReport, caller: Caller) -> Reply:
         with self.db.read() as s:

@@ -11,7 +11,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, select
+from sqlalchemy import ColumnElement, Text, cast, or_, select
 from sqlalchemy.orm import Session
 
 from tpuq.state.models import Attempt, Job
@@ -21,10 +21,13 @@ _FREE = {o.value for o in NOT_CHARGED}
 
 
 def ended(s: Session, *, since: float | None, until: float | None, user: str | None,
-          team: str | None, states: Sequence[str]) -> list[dict[str, Any]]:
-    """One row per job that ended in [since, until), oldest first."""
-    where: list[ColumnElement[bool]] = [Job.state.in_(list(states) or [st.value for st in TERMINAL]),
-             Job.ended_at.is_not(None)]
+          team: str | None, states: Sequence[str], match: str | None = None,
+          newest: int | None = None, skip: int = 0) -> list[dict[str, Any]]:
+    """One row per job that ended in [since, until), oldest first. `match`: only jobs
+    whose name or command holds this text (any case); `newest`: only the newest this
+    many, after skipping the `skip` newest (a page of a long history, read as a page)."""
+    where: list[ColumnElement[bool]] = [
+        Job.state.in_(list(states) or [st.value for st in TERMINAL]), Job.ended_at.is_not(None)]
     if since is not None:
         where.append(Job.ended_at >= since)
     if until is not None:
@@ -33,9 +36,17 @@ def ended(s: Session, *, since: float | None, until: float | None, user: str | N
         where.append(Job.owner == user)
     if team:
         where.append(Job.team == team)
-    jobs = list(s.execute(select(Job.id, Job.name, Job.command, Job.owner, Job.team, Job.state,
-                                 Job.chips, Job.tpu_type, Job.submitted_at, Job.ended_at,
-                                 Job.attempt).where(*where).order_by(Job.ended_at, Job.id)))
+    if match:
+        where.append(or_(Job.name.icontains(match, autoescape=True),
+                         cast(Job.command, Text).icontains(match, autoescape=True)))
+    q = select(Job.id, Job.name, Job.command, Job.owner, Job.team, Job.state, Job.chips,
+               Job.tpu_type, Job.submitted_at, Job.ended_at, Job.attempt).where(*where)
+    if newest is not None:
+        page = q.order_by(Job.ended_at.desc(), Job.id.desc()).limit(newest).offset(skip)
+        jobs = sorted(s.execute(page), key=lambda j: (j.ended_at, j.id))
+        where = [Job.id.in_([j.id for j in jobs])]
+    else:
+        jobs = list(s.execute(q.order_by(Job.ended_at, Job.id)))
     cost: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])  # run, charged, free
     # the attempts of the same jobs in one query (a join on the same filter, not a list of
     # ten thousand ids)

@@ -109,17 +109,16 @@ def job(api: Api, caller: Caller, job_id: int) -> dict[str, Any]:
 
 
 def history(api: Api, caller: Caller, *, days: float, user: str | None, team: str | None,
-            state: str | None, text: str | None) -> list[dict[str, Any]]:
-    """Ended jobs of the last `days`, newest first, filtered as the form asks."""
-    now = time.time()
-    rows = ask(api, caller, History(since=now - days * 86400.0, user=user or None,
-                                    team=team or None, states=[state] if state else []),
+            state: str | None, text: str | None, page: int, size: int
+            ) -> tuple[list[dict[str, Any]], bool]:
+    """One page of the jobs that ended in the last `days`, newest first, filtered as the
+    form asks; and whether there are older ones."""
+    rows = ask(api, caller, History(since=time.time() - days * 86400.0, user=user or None,
+                                    team=team or None, states=[state] if state else [],
+                                    match=text or None, newest=size + 1, skip=page * size),
                Rows).rows
-    if text:
-        needle = text.lower()
-        rows = [r for r in rows if needle in (r.get("name") or "").lower()
-                or needle in " ".join(r.get("command") or []).lower()]
-    return sorted(rows, key=lambda r: (-(r.get("ended_at") or 0), -r["id"]))
+    rows = sorted(rows, key=lambda r: (-(r.get("ended_at") or 0), -r["id"]))
+    return rows[:size], len(rows) > size
 
 
 # ---- teams: use against the grant, burn-down -------------------------------------------------

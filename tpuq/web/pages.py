@@ -136,11 +136,10 @@ def history(web: Web, request: Request) -> Response:
     except ValueError:
         days, page = 7.0, 0
     days = min(max(days, 0.01), 3650.0)
-    rows = data.history(web.api, caller, days=days, user=p.get("user"), team=p.get("team"),
-                        state=p.get("state") or None, text=p.get("q"))
-    shown = rows[page * HISTORY_PAGE:(page + 1) * HISTORY_PAGE]
-    return web.render(request, "history.html", caller=caller, rows=shown, total=len(rows),
-                      page=page, pages=(len(rows) + HISTORY_PAGE - 1) // HISTORY_PAGE,
+    rows, more = data.history(web.api, caller, days=days, user=p.get("user"),
+                              team=p.get("team"), state=p.get("state") or None, text=p.get("q"),
+                              page=page, size=HISTORY_PAGE)
+    return web.render(request, "history.html", caller=caller, rows=rows, page=page, more=more,
                       days=days, day_choices=HISTORY_DAYS, params=p)
 
 
