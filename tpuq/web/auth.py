@@ -86,11 +86,26 @@ def check_token(db: Database, token: str) -> str | None:
         return webtokens.user_of(s, token)
 
 
+class PasswordsNotChecked(Exception):
+    """The database server lets anyone in as this role whatever the password (its
+    pg_hba.conf says `trust`): a password proves nothing there."""
+
+
 def check_password(settings: Settings, user: str, password: str) -> bool:
     """Does PostgreSQL let `user` in with `password`? (It checks, not us: a connection
-    to the deployment's database as that role.) Never on an embedded deployment."""
+    to the deployment's database as that role.) Never on an embedded deployment.
+
+    First a connection with a password nobody has: a server that takes it does not
+    check passwords for this role (`trust`), and PasswordsNotChecked says so."""
     if not settings.database_url.startswith("postgresql") or not _ROLE.match(user):
         return False
+    if _connects(settings, user, "not-" + secrets.token_urlsafe(24)):
+        raise PasswordsNotChecked(f"the database server lets {user} in without a password "
+                                  "(trust): sign in with a token from `tpuq web token add`")
+    return _connects(settings, user, password)
+
+
+def _connects(settings: Settings, user: str, password: str) -> bool:
     import psycopg
     from sqlalchemy.engine import make_url
 

@@ -58,8 +58,11 @@ def login(web: Web, request: Request) -> Response:
     if token:
         who = auth.check_token(web.db, token)
         digest = webtokens.digest(token.strip()) if who else None
-    elif user and password and auth.check_password(web.settings, user, password):
-        who = user
+    elif user and password:
+        try:
+            who = user if auth.check_password(web.settings, user, password) else None
+        except auth.PasswordsNotChecked as e:
+            return web.render(request, "login.html", 401, next=target, error=str(e))
     if who is None:
         web.throttle.failed(client)
         return web.render(request, "login.html", 401, next=target,
