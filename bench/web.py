@@ -10,7 +10,8 @@ Figures, each beside a baseline from the same run:
   builds the settled totals once); baseline: the ListJobs handler (what `tpuq status`
   reads) on the same database.
 - scheduler pass while scraping: the leader's read and plan (scheduler/loop.plan_for in a
-  write transaction, rolled back) alone, then with a thread scraping back to back.
+  write transaction, rolled back) alone, then with another process scraping once a
+  second (fifteen times Prometheus' default rate).
 - first load: each page's first GET after the server starts, on a second database of
   10,000 ended jobs (all in the history page's default week) and 200 open ones;
   baseline: the History handler alone for the same week.
@@ -154,7 +155,7 @@ def list_jobs(db: Database, settings: Settings, n: int) -> list[float]:
 
 def passes(db: Database, settings: Settings, n: int, scraping: bool) -> list[float]:
     """The leader's snapshot and plan, timed; with another process (as `tpuq web` is)
-    scraping back to back meanwhile."""
+    scraping once a second meanwhile."""
     from tpuq.scheduler.loop import plan_for
 
     scraper = subprocess.Popen([sys.executable, __file__, "--scrape-loop", db.url],
@@ -182,11 +183,14 @@ def passes(db: Database, settings: Settings, n: int, scraping: bool) -> list[flo
 
 
 def scrape_loop(url: str) -> None:
-    """Scrape until terminated (the other process of `passes`)."""
+    """Scrape once a second until terminated (the other process of `passes`): fifteen
+    times Prometheus' default rate."""
     db = Database(url)
+    scrapes(db, 0)  # the first scrape reads all of history
     print("ready", flush=True)
     while True:
-        scrapes(db, 10)
+        time.sleep(1.0)
+        scrapes(db, 0)
 
 
 def pages(db: Database, settings: Settings) -> list[tuple[str, float]]:
