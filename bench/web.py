@@ -10,8 +10,8 @@ Figures, each beside a baseline from the same run:
   builds the settled totals once); baseline: the ListJobs handler (what `tpuq status`
   reads) on the same database.
 - scheduler pass while scraping: the leader's read and plan (scheduler/loop.plan_for in a
-  write transaction, rolled back) alone, then with another process scraping once a
-  second (fifteen times Prometheus' default rate).
+  write transaction, rolled back), alternately with another process scraping once a
+  second (fifteen times Prometheus' default rate) and with that process stopped.
 - first load: each page's first GET after the server starts, on a second database of
   10,000 ended jobs (all in the history page's default week) and 200 open ones;
   baseline: the History handler alone for the same week.
@@ -20,7 +20,9 @@ Figures, each beside a baseline from the same run:
 from __future__ import annotations
 
 import argparse
+import os
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -153,33 +155,35 @@ def list_jobs(db: Database, settings: Settings, n: int) -> list[float]:
     return times
 
 
-def passes(db: Database, settings: Settings, n: int, scraping: bool) -> list[float]:
-    """The leader's snapshot and plan, timed; with another process (as `tpuq web` is)
-    scraping once a second meanwhile."""
+def passes(db: Database, settings: Settings, n: int) -> tuple[list[float], list[float]]:
+    """The leader's snapshot and plan, timed in pairs: once with another process (as
+    `tpuq web` is) scraping once a second, once with that process stopped (SIGSTOP),
+    alternating, so both halves see the same machine load."""
+    from sqlalchemy.orm import Session
+
     from tpuq.scheduler.loop import plan_for
 
     scraper = subprocess.Popen([sys.executable, __file__, "--scrape-loop", db.url],
-                               stdout=subprocess.PIPE) if scraping else None
-    if scraper is not None:
-        assert scraper.stdout is not None
-        scraper.stdout.readline()  # its first scrape is done
-    times = []
+                               stdout=subprocess.PIPE)
+    assert scraper.stdout is not None
+    scraper.stdout.readline()  # its first scrape is done
+    alone: list[float] = []
+    beside: list[float] = []
     try:
-        for _ in range(n):
+        for i in range(2 * n):
+            scraping = i % 2 == 0
+            os.kill(scraper.pid, signal.SIGCONT if scraping else signal.SIGSTOP)
             t0 = time.perf_counter()
             with db.engine.connect() as c, c.begin() as tx:
-                from sqlalchemy.orm import Session
-
                 with Session(c) as s:
-                    plan = plan_for(s, settings)[1]
-                    len(plan.assignments)
+                    len(plan_for(s, settings)[1].assignments)
                 tx.rollback()
-            times.append(time.perf_counter() - t0)
+            (beside if scraping else alone).append(time.perf_counter() - t0)
     finally:
-        if scraper is not None:
-            scraper.terminate()
-            scraper.wait(10)
-    return times
+        os.kill(scraper.pid, signal.SIGCONT)
+        scraper.terminate()
+        scraper.wait(10)
+    return alone, beside
 
 
 def scrape_loop(url: str) -> None:
@@ -268,8 +272,7 @@ def main() -> None:
         print(f"scrape, first (builds the settled totals): {ms(first)}")
         print(f"scrape p50 {ms(statistics.median(times))}  p95 {ms(pct(times, 0.95))}   "
               f"(target p95 <= 50 ms)   baseline ListJobs p50 {ms(statistics.median(base))}")
-        alone = passes(db, settings, 15, scraping=False)
-        busy = passes(db, settings, 15, scraping=True)
+        alone, busy = passes(db, settings, 15)
         print(f"scheduler pass p50 alone {ms(statistics.median(alone))}, while scraping "
               f"{ms(statistics.median(busy))} "
               f"({statistics.median(busy) / statistics.median(alone):.2f}x)")
