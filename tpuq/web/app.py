@@ -9,13 +9,13 @@ handlers' answer (tpuq/api/handlers.py), never this module's.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tpuq.settings import Settings
 from tpuq.state.db import Database
@@ -24,7 +24,7 @@ from tpuq.web.data import Refused
 from tpuq.web.site import HERE, Unauthorized, Web
 
 
-def create_app(settings: Settings, db: Database, listen_host: str = "127.0.0.1") -> Starlette:
+def create_app(settings: Settings, db: Database, listen_host: str = "127.0.0.1") -> ASGIApp:
     web = Web(settings, db, listen_host)
 
     def bind(fn: Callable[[Web, Request], Response]) -> Callable[[Request], Response]:
@@ -60,7 +60,7 @@ def create_app(settings: Settings, db: Database, listen_host: str = "127.0.0.1")
 
     app = Starlette(routes=routes, exception_handlers={Unauthorized: unauthorized,
                                                        Refused: refused})
-    return SecurityHeaders(app)  # type: ignore[return-value]
+    return SecurityHeaders(app)
 
 
 # no script, style, font or connection from anywhere but this site; never in a frame
@@ -73,15 +73,15 @@ HEADERS = [(b"content-security-policy", b"default-src 'self'; style-src 'self' '
 class SecurityHeaders:
     """Adds HEADERS to every response (plain ASGI: streaming responses stay streams)."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
 
-        async def with_headers(message: Any) -> None:
+        async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 message["headers"] = [*message.get("headers", []), *HEADERS]
             await send(message)
