@@ -82,3 +82,25 @@ def test_a_users_habit_of_finishing_early_brings_the_start_forward() -> None:
     out = expected_starts(jobs, hosts, {}, held, NOW, share_of_limit={"bob": 0.5})
     assert out[10].at == NOW + H
     assert out[11].at == NOW + 3 * H
+
+
+def test_a_slice_job_holds_every_worker_it_starts_on() -> None:
+    """Two 2-worker v4-16 slices, one busy for two hours: the first slice job starts now
+    for an hour; the second, in retry backoff for half an hour, starts when the first
+    ends, not as soon as its backoff does (the first holds both its workers)."""
+    def worker(name: str, sl: str, n: int, busy: tuple[int, ...] = ()) -> HostView:
+        return HostView(name=name, tpu_type="v4-8", chips=(0, 1, 2, 3),
+                        free=frozenset((0, 1, 2, 3)) - set(busy), slice=sl, worker=n,
+                        slice_type="v4-16")
+    all_chips = (0, 1, 2, 3)
+    hosts = [worker("s1-0", "s1", 0), worker("s1-1", "s1", 1),
+             worker("s2-0", "s2", 0, all_chips), worker("s2-1", "s2", 1, all_chips)]
+    held = [holding(1, "s2-0", all_chips, NOW + 2 * H), holding(1, "s2-1", all_chips, NOW + 2 * H)]
+    first = JobView(id=10, team="ml", user="alice", priority=0, submitted_at=NOW - 10,
+                    chips=None, tpu_type="v4-16", workers=2, time_limit_s=H)
+    second = JobView(id=11, team="ml", user="alice", priority=0, submitted_at=NOW - 5,
+                     chips=None, tpu_type="v4-16", workers=2, time_limit_s=H,
+                     not_before=NOW + H / 2)
+    out = expected_starts([first, second], hosts, {}, held, NOW)
+    assert out[10].at == NOW
+    assert out[11].at == NOW + H

@@ -74,7 +74,8 @@ def expected_starts(jobs: Sequence[JobView], hosts: Sequence[HostView],
         by_id = {j.id: j for j in queue}
         for a in p.assignments:
             starts[a.job_id] = t
-            sim.start(by_id[a.job_id], a.host, a.chips, t)
+            for host, chips in a.workers or ((a.host, a.chips),):  # a slice: every worker
+                sim.start(by_id[a.job_id], host, chips, t)
         queue = [j for j in queue if j.id not in starts]
         later = sim.next_event(t, queue)
         if not queue or later is None or later - now > horizon_s:
