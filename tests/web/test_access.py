@@ -138,3 +138,13 @@ def test_pages_load_nothing_from_elsewhere(site: Site) -> None:
     r = c.get("/", headers=HTML)
     assert "default-src 'self'" in r.headers["content-security-policy"]
     assert not re.search(r'(src|href)="(https?:)?//', r.text)
+
+
+def test_the_session_cookie_is_http_only_same_site_and_secure_behind_tls(site: Site) -> None:
+    c = site.client()
+    r = c.post("/login", data={"token": site.tokens[OWNER]})
+    cookie = r.headers["set-cookie"].lower()
+    assert "httponly" in cookie and "samesite=strict" in cookie and "secure" not in cookie
+    r = c.post("/login", data={"token": site.tokens[OWNER]},
+               headers={"x-forwarded-proto": "https"})
+    assert "secure" in r.headers["set-cookie"].lower()

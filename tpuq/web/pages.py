@@ -69,8 +69,11 @@ def login(web: Web, request: Request) -> Response:
                           error="that token or password was not accepted")
     value, _ = web.sessions.make(who, digest)
     response = RedirectResponse(target, status_code=303)
+    # Secure when the browser speaks HTTPS, to us or to a TLS proxy in front (trusting
+    # the proxy's header here can only make the cookie stricter)
+    https = "https" in (request.url.scheme, request.headers.get("x-forwarded-proto"))
     response.set_cookie(auth.COOKIE, value, max_age=web.sessions.max_age, httponly=True,
-                        samesite="strict", secure=request.url.scheme == "https")
+                        samesite="strict", secure=https)
     return response
 
 
