@@ -33,6 +33,7 @@ pytestmark = [pytest.mark.embedded_only,
 def deployment(stack: Stack, host: Any, tmp_path: Path) -> Iterator[dict[str, Any]]:
     """An agent, jobs in every state a person looks for, tokens, and `tpuq web`."""
     stack.start_agent(host)
+    stack.tpuq("quota", "set", "default", "--budget", "100", "--period", "day")
     gate = tmp_path / "gate"
     failed = stack.submit("--chips", "1", "--name", "broken", "--", "sh", "-c", "exit 3")
     stack.wait_state(failed, "failed")
@@ -131,6 +132,8 @@ def test_a_person_reads_the_queue_follows_a_log_and_is_refused_what_is_not_their
 
     page.goto(f"{d['url']}/teams")
     assert page.locator("#teams tr[data-team='default']").count() == 1
+    page.wait_for_function(
+        "() => !!Chart.getChart(document.querySelector(\"canvas.burn-chart[data-team='default']\"))")
     shot(page, tmp_path, "teams")
 
     page.goto(f"{d['url']}/history?q=broken")
