@@ -135,6 +135,9 @@ class ListJobs(Request):
     states: list[str] = []
     recent: int = 20
     everything: bool = False
+    # each queued job's expected start from the scheduler's plan run forward
+    # (`status --start`): costs a forecast, so only when asked
+    starts: bool = False
 
 
 class ShowJob(Request):
@@ -227,6 +230,9 @@ class History(Request):
     user: str | None = None
     team: str | None = None
     states: list[str] = []
+    match: str | None = None  # only jobs whose name or command holds this text
+    newest: int | None = None  # a page: the newest this many (None: every one)...
+    skip: int = 0  # ...after the `skip` newest
 
 
 class QuotaReport(Request):

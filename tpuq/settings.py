@@ -80,6 +80,11 @@ ENV: dict[str, str] = {
     "log_stream_budget_bytes": "TPUQ_LOG_STREAM_BUDGET_BYTES",
     "disk_min_free_bytes": "TPUQ_DISK_MIN_FREE_BYTES",
     "log_check_s": "TPUQ_LOG_CHECK_S",
+    "web_host": "TPUQ_WEB_HOST",
+    "web_port": "TPUQ_WEB_PORT",
+    "web_secret": "TPUQ_WEB_SECRET",
+    "web_session_h": "TPUQ_WEB_SESSION_H",
+    "web_metrics_token": "TPUQ_WEB_METRICS_TOKEN",
 }
 CONFIG_ENV = "TPUQ_CONFIG"
 # settings that take one of a few words
@@ -195,6 +200,15 @@ class Settings:
     # metadata server) or the deployment's database or broker host: networks, addresses
     # or host names (tpuq/destinations.py). Empty: none of those.
     notify_allow: str = ""
+    # `tpuq web`: where it listens (loopback unless told), how long a sign-in lasts, the
+    # key that signs its session cookies (empty: a new one per start, which signs
+    # everyone out on a restart), and the bearer token /metrics wants (empty: open
+    # while listening on loopback, refused elsewhere)
+    web_host: str = "127.0.0.1"
+    web_port: int = 8765
+    web_secret: str = ""
+    web_session_h: float = 12.0
+    web_metrics_token: str = ""
 
     # ---- derived -------------------------------------------------------------------
     @property
@@ -349,7 +363,7 @@ def check(s: Settings) -> str | None:
                 "fair_share_half_life_h", "broker_visibility_s", "gang_start_s",
                 "notify_poll_s", "notify_tries", "probe_timeout_s", "fleet_poll_s",
                 "fleet_backoff_s", "fleet_backoff_max_s", "fleet_join_s", "log_keep_days",
-                "log_check_s")
+                "log_check_s", "web_session_h")
     for name in positive:
         if getattr(s, name) <= 0:
             return f"{ENV[name]} must be positive, got {getattr(s, name):g}"
@@ -372,6 +386,8 @@ def check(s: Settings) -> str | None:
             parse_allow(s.notify_allow)
         except ValueError as e:
             return f"{ENV['notify_allow']}: {e}"
+    if not 0 <= s.web_port <= 65535:
+        return f"{ENV['web_port']} must be between 0 and 65535, got {s.web_port}"
     if not 1024 <= s.port_base <= 65535 - 64:
         return f"{ENV['port_base']} must be between 1024 and {65535 - 64}, got {s.port_base}"
     return None

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.harness import fixture_cmd
 
 
@@ -59,3 +61,33 @@ def test_a_draining_host_is_the_reason_a_job_waits(stack, host, tmp_path):
     assert f"no host in service: {host.name} draining" in rows
     shown = json.loads(stack.tpuq("show", str(job), "--json").stdout)
     assert shown["waiting_for"] == f"no host in service: {host.name} draining"
+
+
+def test_status_start_says_when_each_waiting_job_starts_or_why_not(stack, host, tmp_path):
+    """As squeue --start: the running job's time limit is when the host frees; the job
+    behind the one without a limit gets no time, and the reason says why."""
+    stack.start_agent(host)
+    gate = tmp_path / "gate"
+    running = stack.submit("--time", "2h", *fixture_cmd("wait_file.py", gate))
+    stack.wait_process(running)
+    after = stack.submit("--time", "1h", "--", "/bin/true")
+    shown = {j["id"]: j for j in json.loads(stack.tpuq("status", "--start", "--json").stdout)}
+    assert set(shown) == {after}  # waiting jobs only
+    started_at = stack.attempts(running)[-1].started_at
+    assert shown[after]["expected_start"] == pytest.approx(started_at + 7200, abs=1)
+    assert shown[after]["position"] == 1
+    rows = lines(stack, "--start", width=200)
+    assert rows[0].split()[:8] == ["ID", "NAME", "USER", "STATE", "CHIPS", "TIME", "START",
+                                   "REASON"]
+    assert any(r.split()[:1] == [str(after)] and " in 1h" in r for r in rows), rows
+    stack.tpuq("cancel", str(running))
+    stack.wait_state(running, "cancelled")
+    stack.wait_state(after, "succeeded")
+    forever = stack.submit(*fixture_cmd("wait_file.py", gate))
+    stack.wait_process(forever)
+    behind = stack.submit("--", "/bin/true")
+    (j,) = json.loads(stack.tpuq("status", "--start", "--json").stdout)
+    assert j["id"] == behind and j["expected_start"] is None
+    assert "no time limit" in j["waiting_for"]
+    gate.touch()
+    stack.wait_state(forever, "succeeded")

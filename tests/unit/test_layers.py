@@ -1,6 +1,6 @@
 """The package's layers point one way and no module imports itself back.
 
-cli -> pod -> client -> agent -> api -> queue -> scheduler -> fleet -> state -> leaf modules
+cli -> pod -> client -> agent -> web -> api -> queue -> scheduler -> fleet -> state -> leaf modules
 (LAYERS).
 Every import counts,
 also those under TYPE_CHECKING and those inside functions (lazy imports keep the CLI
@@ -27,6 +27,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("scheduler", ("tpuq.scheduler",)),
     ("queue", ("tpuq.queue",)),
     ("api", ("tpuq.api",)),
+    # the dashboard and /metrics: renders what the handlers answer; only the CLI imports it
+    ("web", ("tpuq.web",)),
     ("agent", ("tpuq.agent",)),
     ("client", ("tpuq.client",)),
     ("pod", ("tpuq.pod",)),

@@ -44,6 +44,10 @@ def test_the_wheel_carries_the_migrations_and_upgrades_a_database(tmp_path: Path
     packed = zipfile.ZipFile(wheel).read("tpuq/pod/startup-script.sh")
     assert packed == (ROOT / "workers" / "startup-script.sh").read_bytes()
     assert "tpuq/pod/services.sh" in names
+    # `tpuq web`'s pages and the scripts it serves from the package, never from elsewhere
+    assert {"tpuq/web/templates/base.html", "tpuq/web/static/chart.umd.min.js",
+            "tpuq/web/static/htmx.min.js", "tpuq/web/static/app.js",
+            "tpuq/web/static/VENDORED.md"} <= set(names)
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
     db = tmp_path / "wheel.db"

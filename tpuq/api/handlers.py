@@ -79,6 +79,7 @@ from tpuq.state.states import StopRequest
 log = logging.getLogger("tpuq.api")
 RESULT_CHUNK = 512 * 1024  # bytes of a function's outcome per reply (base64 stays < 1 MiB)
 Reasons = Callable[[], Mapping[int, str]]  # job id -> why it waits
+Starts = Callable[[], Mapping[int, Any]]  # job id -> forecast.Start (when it should start)
 _JOB_ACTIONS: dict[Action, Callable[[Session, int, str], jobs.Result]] = {
     Action.CANCEL: jobs.cancel, Action.PREEMPT: jobs.preempt,
     Action.HOLD: jobs.hold, Action.RELEASE: jobs.release,
@@ -90,12 +91,13 @@ class Api:
     why queued jobs wait (the scheduler's view)."""
 
     def __init__(self, settings: Settings, db: Database, *, here: str,
-                 reasons: Reasons | None = None) -> None:
+                 reasons: Reasons | None = None, starts: Starts | None = None) -> None:
         self.settings = settings
         self.db = db
         self.here = here
         self.reasons = reasons or self._plan_reasons
         self._rule: Any = None  # where notifications may go, once asked (destinations.Rule)
+        self.starts = starts or self._plan_starts
         self._handlers: dict[type[Request], Callable[[Any, Caller], Reply]] = {
             WhoAmI: self.whoami, Submit: self.submit, ListJobs: self.list_jobs,
             ShowJob: self.show, ReadLog: self.read_log, Control: self.control,
@@ -189,10 +191,13 @@ class Api:
             over: dict[str, list[dict[str, Any]]] = {}
             for r in logusage.over_budget(s):
                 over.setdefault(r.place, []).append(views.budget_object(r))
-        reasons = self.reasons() if any(r.state == "queued" for r in rows) else {}
+        queued = any(r.state == "queued" for r in rows)
+        reasons = self.reasons() if queued and not req.starts else {}
+        starts = self.starts() if queued and req.starts else {}
         stale = self.settings.host_stale_s
         return JobList(jobs=[views.job_object(r, caller, waiting=reasons.get(r.id),
-                                              current=current.get(r.id)) for r in rows],
+                                              current=current.get(r.id),
+                                              start=starts.get(r.id)) for r in rows],
                        hosts=[views.host_object(h, j, now, stale, min_code, over.get(h.name))
                               for h, j in host_rows], now=now, fleet=fleet)
 
@@ -291,8 +296,11 @@ class Api:
 
     def history(self, req: History, caller: Caller) -> Reply:
         with self.db.read() as s:
-            return Rows(rows=history.ended(s, since=req.since, until=req.until, user=req.user,
-                                           team=req.team, states=req.states))
+            return Rows(rows=history.ended(
+                s, since=req.since, until=req.until, user=req.user, team=req.team,
+                states=req.states, match=req.match,
+                newest=None if req.newest is None else max(0, min(req.newest, 10_000)),
+                skip=max(0, req.skip)))
 
     def fleet(self, req: FleetReport, caller: Caller) -> Reply:
         with self.db.read() as s:
@@ -340,6 +348,14 @@ class Api:
         reasons = waiting_reasons(self.db, self.settings)
         log.debug("waiting reasons in %.0f ms", (time.monotonic() - started) * 1000)
         return reasons
+
+    def _plan_starts(self) -> Mapping[int, Any]:
+        from tpuq.scheduler.loop import expected_starts
+
+        started = time.monotonic()
+        starts = expected_starts(self.db, self.settings)
+        log.debug("start forecast in %.0f ms", (time.monotonic() - started) * 1000)
+        return starts
 
 
 def _result(r: jobs.Result, kind: Failure | None = None) -> dict[str, Any]:

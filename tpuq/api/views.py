@@ -16,9 +16,11 @@ HIDDEN = "(hidden)"  # what a job's env value looks like to anyone but its owner
 
 
 def job_object(row: Any, viewer: Caller, env: Mapping[str, str] | None = None,
-               waiting: str | None = None, current: Any = None) -> dict[str, Any]:
+               waiting: str | None = None, current: Any = None,
+               start: Any = None) -> dict[str, Any]:
     """The stable JSON shape of a job. `env` only for `show`; `current` (its latest
-    attempt) for `status`."""
+    attempt) for `status`; `start` (a forecast.Start) for `status --start`, which adds
+    `expected_start` (epoch s, or None: no estimate) and the reason in `waiting_for`."""
     obj = {
         "id": row.id, "name": row.name, "state": row.state, "attempts": row.attempt,
         "host": row.host, "exit_code": row.exit_code, "exit_signal": row.exit_signal,
@@ -41,6 +43,10 @@ def job_object(row: Any, viewer: Caller, env: Mapping[str, str] | None = None,
     }
     if env is not None:
         obj["env"] = dict(env) if viewer.owns(row.owner) else dict.fromkeys(env, HIDDEN)
+    if start is not None:
+        obj["expected_start"] = start.at
+        obj["position"] = start.position
+        obj["waiting_for"] = start.why or None
     return obj
 
 

@@ -17,4 +17,5 @@
 - `agent_cmds.py`  tpuq agent, tpuq db, tpuq config
 - `pod.py`         tpuq pod hosts, run, clean, setup (a pod slice over SSH, from host 0)
 - `fleet.py`       tpuq fleet apply, status, controller (the team's TPU VMs, kept alive)
+- `web.py`         tpuq web (the dashboard and /metrics) and its sign-in tokens
 """

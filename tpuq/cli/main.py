@@ -25,6 +25,7 @@ from tpuq.cli import (
     status,
     submit,
     wait,
+    web,
 )
 from tpuq.cli.errors import UserError, translate
 
@@ -55,7 +56,8 @@ def cli() -> None:
 
 for command in (*submit.COMMANDS, *status.COMMANDS, *show.COMMANDS, *logs.COMMANDS,
                 *control.COMMANDS, *agent_cmds.COMMANDS, *quota.COMMANDS, *admin.COMMANDS,
-                *pod.COMMANDS, *wait.COMMANDS, *history.COMMANDS, *fleet.COMMANDS):
+                *pod.COMMANDS, *wait.COMMANDS, *history.COMMANDS, *fleet.COMMANDS,
+                *web.COMMANDS):
     cli.add_command(command)
 
 

@@ -67,6 +67,20 @@ def reason(j: dict[str, Any]) -> str:
     return str(j.get("reason") or "")
 
 
+def start(j: dict[str, Any], now: float) -> str:
+    """When a queued job should start (`--start`): now, or in how long and at what
+    local time; `-` when no estimate can be given (REASON says why)."""
+    if j["state"] != "queued" or "expected_start" not in j:
+        return "-"
+    at = j["expected_start"]
+    if at is None:
+        return "-"
+    if at <= now + 1:
+        return "now"
+    fmt = "%H:%M" if at - now < 86400 else "%a %H:%M"
+    return f"in {render.duration(at - now)} ({time.strftime(fmt, time.localtime(at))})"
+
+
 def chips(j: dict[str, Any]) -> str:
     n = "all" if j["chips"] is None else str(j["chips"])
     return f"{n}/{j['tpu_type']}" if j.get("tpu_type") else n
@@ -84,10 +98,12 @@ COLUMNS: dict[str, tuple[str, Cell]] = {
     "tries": ("TRY", lambda j, now: str(j["attempts"])),
     "progress": ("PROGRESS", progress),
     "time": ("TIME", age),
+    "start": ("START", start),
     "reason": ("REASON", lambda j, now: reason(j)),
     "command": ("COMMAND", lambda j, now: render.command_words(j["command"])),
 }
 DEFAULT = "id,name,user,state,chips,host,progress,time,reason"
+STARTS = "id,name,user,state,chips,time,start,reason"  # --start, as squeue --start
 COLOURS = {"running": "green", "succeeded": "green", "failed": "red", "timeout": "red",
            "cancelled": "yellow", "cancelling": "yellow", "preempting": "yellow",
            "held": "blue"}
@@ -119,10 +135,14 @@ def parse_format(text: str) -> list[str]:
 @click.option("--watch", is_flag=True, help="Refresh in place every 2 s (Ctrl-C ends).")
 @click.option("--expand", is_flag=True,
               help="One row per waiting array task (default: one row per array).")
+@click.option("--start", "starts", is_flag=True,
+              help="Waiting jobs only, each with when it should start (as squeue --start), "
+                   "from the scheduler's plan run forward; or why no time can be given.")
 @context.json_option
 def status(show_all: bool, mine: bool, user: str | None, team_filter: str | None,
            states: tuple[str, ...], name_pattern: str | None, host_filter: str | None,
-           recent: int, fmt: str, watch: bool, expand: bool, as_json: bool) -> None:
+           recent: int, fmt: str, watch: bool, expand: bool, starts: bool,
+           as_json: bool) -> None:
     """Show jobs (open ones and the most recent finished) and hosts: what runs, whose,
     how far, and why the rest waits.
 
@@ -130,10 +150,14 @@ def status(show_all: bool, mine: bool, user: str | None, team_filter: str | None
       tpuq status --mine --state queued       why are mine waiting?
       tpuq status -o id,name,state,reason     pick columns
       tpuq status --watch                     refresh in place
+      tpuq status --start                     when will my queued jobs start?
 
     With --json, prints a JSON list of job objects (id, name, state, attempts, host,
     exit_code, command, waiting_for, started_at, step, ...).
     """
+    if starts:
+        states = states or ("queued", "held")
+        fmt = STARTS if fmt == DEFAULT else fmt
     columns = parse_format(fmt)
     owner = user
     if mine:
@@ -147,7 +171,8 @@ def status(show_all: bool, mine: bool, user: str | None, team_filter: str | None
         from tpuq.protocol import JobList, ListJobs
 
         reply = context.ask(ListJobs(owner=owner, team=team_filter, states=list(states),
-                                     recent=recent, everything=show_all), JobList)
+                                     recent=recent, everything=show_all, starts=starts),
+                            JobList)
         jobs = [j for j in reply.jobs
                 if (name_pattern is None or fnmatch.fnmatch(job_name(j), name_pattern))
                 and (host_filter is None or j["host"] == host_filter)]

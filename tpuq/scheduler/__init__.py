@@ -6,5 +6,6 @@
 - `hostpool.py`   free aligned chip blocks, best fit
 - `slicepool.py`  multi-host slices: all workers of a free slice, or nothing
 - `quota.py`      per-team quota counters during one pass
+- `forecast.py`   when each queued job should start: the plan run forward in time
 - `loop.py`       the leader: snapshot -> plan -> assign -> dispatch; the reaper
 """

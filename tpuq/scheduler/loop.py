@@ -23,15 +23,13 @@ from collections.abc import Callable, Mapping
 
 from sqlalchemy.orm import Session
 
-from tpuq.scheduler import policy
+from tpuq.scheduler import forecast, policy
 from tpuq.settings import Settings
-from tpuq.state import attempts, deps, gangs, leader, snapshot, usage
+from tpuq.state import attempts, deps, gangs, holdings, leader, snapshot, usage
 from tpuq.state.db import Database
 
 log = logging.getLogger("tpuq.scheduler")
-# Releases before schema 0015 led as "scheduler"; that migration refuses the role, so their
-# agents never lead on a schema they do not know (migrations/versions/0015_code_fence.py)
-ROLE = "scheduler/2"
+ROLE = leader.SCHEDULER
 # Chip-hour usage (fair share, budgets) is recomputed at most this often: it scans recent
 # attempts, and a pass runs after every finished job. Chips in use are always fresh.
 USAGE_TTL_S = 10.0
@@ -105,12 +103,15 @@ class Scheduler:
         self._suspects: dict[tuple[int, int], float] = {}  # expired lease -> first seen
         # why this agent may not lead at all: its code is older than the database's schema
         self.barred: str | None = None
+        # passes while leading: count, total and last seconds (recorded with the lease)
+        self.passes: tuple[int, float, float | None] = (0, 0.0, None)
 
     def run_pass(self) -> int:
         """One pass; returns how many jobs were assigned."""
         started: list[tuple[str, int, int]] = []
         if not self.has_lease():
             return 0
+        began = time.monotonic()
         with self.db.write() as s:
             doomed = deps.cancel_doomed(s)
             if doomed:
@@ -130,6 +131,8 @@ class Scheduler:
                                     self.settings.lease_s)
                 if n is not None:
                     started.append((a.host, a.job_id, n))
+        took = time.monotonic() - began
+        self.passes = (self.passes[0] + 1, self.passes[1] + took, took)
         for host, job_id, n in started:
             self.dispatch(host, job_id, n)
         return len(started)
@@ -165,8 +168,11 @@ class Scheduler:
         if self.barred:
             return
         asked = time.monotonic()
+        if not self.leading:
+            self.passes = (0, 0.0, None)  # a new tenure counts from 0
         with self.db.write() as s:
-            leading = leader.acquire(s, ROLE, self.holder, self.settings.leader_lease_s)
+            leading = leader.acquire(s, ROLE, self.holder, self.settings.leader_lease_s,
+                                     self.passes)
         if leading:
             self._renewed_at = asked
         was, self.leading = self.leading, leading
@@ -202,3 +208,16 @@ def waiting_reasons(db: Database, settings: Settings) -> Mapping[int, str]:
     with db.read() as s:
         _, plan = plan_for(s, settings)
     return plan.waiting
+
+
+def expected_starts(db: Database, settings: Settings) -> Mapping[int, forecast.Start]:
+    """When each queued job should start, from the leader's own plan run forward in time
+    (`tpuq status --start`, the dashboard's queue)."""
+    with db.read() as s:
+        snap = snapshot.read(s, settings.host_stale_s, settings.fair_share_half_life_h)
+        share = holdings.shares(s)
+        held = [forecast.Holding(job_id, team, user, host, frozenset(chips), kind, end)
+                for job_id, team, user, host, kind, chips, end in holdings.held(s, share)]
+    jobs, hosts, teams = views(snap)
+    return forecast.expected_starts(jobs, hosts, teams, held, snap.now,
+                                    array_running=snap.array_running, share_of_limit=share)

@@ -22,6 +22,10 @@
 - `history.py`      ended jobs over a period and what they cost (tpuq history)
 - `usage.py`        chip-hours used (periods, decay) and the quota report
 - `queries.py`      read-only views for the CLI
+- `aggregates.py`   what a metrics scrape reads: open counts, attempts over a span
+- `holdings.py`     who holds which chips until when (the start forecast)
+- `timeline.py`     the dashboard's pictures: chips per host, attempts over days
+- `webtokens.py`    the dashboard's sign-in tokens (digests only)
 - `clock.py`        the database clock
 - `db.py`           engines, sessions, the schema gate
 - `versions.py`     which code may act on which schema (the database's minimum code)

@@ -312,6 +312,10 @@ class Leader(Base):
     role: Mapped[str] = mapped_column(String(32), primary_key=True)
     holder: Mapped[str] = mapped_column(String(200))
     expires_at: Mapped[float] = mapped_column(Double)
+    # the holder's scheduling passes while it leads, written with each renewal (metrics)
+    pass_count: Mapped[int | None] = mapped_column(BigInteger)
+    pass_seconds_sum: Mapped[float | None] = mapped_column(Double)
+    pass_seconds_last: Mapped[float | None] = mapped_column(Double)
 
 
 class Team(Base):
@@ -380,6 +384,27 @@ class TeamMember(Base):
     user: Mapped[str] = mapped_column(String(64), primary_key=True, index=True)
 
 
+class WebToken(Base):
+    """A token an admin issued for signing in to the dashboard (`tpuq web token add`):
+    only its SHA-256 is kept."""
+
+    __tablename__ = "web_tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user: Mapped[str] = mapped_column(String(64), index=True)
+    digest: Mapped[str] = mapped_column(String(64), unique=True)
+    label: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[float] = mapped_column(Double)
+    created_by: Mapped[str] = mapped_column(String(64))
+    expires_at: Mapped[float | None] = mapped_column(Double)
+    revoked_at: Mapped[float | None] = mapped_column(Double)
+
+
 # Usage accounting reads attempts that ended recently (or still run): see teams.usage().
 Index("ix_attempts_ended_at", Attempt.ended_at)
+# A metrics scrape reads attempts that started or ended since the last one, preemptions
+# by outcome, and open jobs by state and team (state/aggregates.py)
+Index("ix_attempts_started_at", Attempt.started_at)
+Index("ix_attempts_outcome", Attempt.outcome)
+Index("ix_jobs_state_team", Job.state, Job.team)
 
