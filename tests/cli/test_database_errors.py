@@ -25,7 +25,7 @@ def one_line(stack, *args: str, url: str, code: int = 1) -> str:  # type: ignore
     (PG.format(user="postgres", port=free_port(), db="tpuq"), "connection refused"),
     (PG.format(user="postgres", port=5432, db="tpuq_no_such_database"), "no such database"),
     (PG.format(user="tpuq_no_such_role", port=5432, db="postgres"), "no such user"),
-])
+], ids=["refused", "no-database", "no-user"])  # ids without the free port: stable across workers
 @pytest.mark.parametrize("command", [("status",), ("db", "current"), ("db", "upgrade"),
                                      ("submit", "--", "/bin/true"), ("quota",)])
 def test_each_kind_of_unreachable_database_is_its_own_line(stack, command, url, meaning):

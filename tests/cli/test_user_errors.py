@@ -152,7 +152,10 @@ def test_config_shows_each_value_where_it_came_from_and_hides_passwords(stack):
     assert shown["default_grace_s"]["source"] == str(stack.home / "config.toml")
     assert shown["maintenance_lead_s"]["source"] == "default"
     assert shown["database_url"]["value"] == "postgresql://u:***@127.0.0.1:1/db"
-    assert "secret" not in stack.tpuq("config", TPUQ_DATABASE_URL="postgresql://u:secret@h/d").stdout
+    assert "pw-xyzzy" not in stack.tpuq("config", TPUQ_DATABASE_URL="postgresql://u:pw-xyzzy@h/d").stdout
+    web = __import__("json").loads(stack.tpuq("config", "--json", TPUQ_WEB_SECRET="key-xyzzy",
+                                              TPUQ_WEB_METRICS_TOKEN="tok-xyzzy").stdout)
+    assert web["web_secret"]["value"] == web["web_metrics_token"]["value"] == "***"
     hooks = stack.tpuq("config", "--json",
                        TPUQ_NOTIFY_TO="slack://TokA/TokB/TokC mailto://u:pw@example.org").stdout
     assert __import__("json").loads(hooks)["notify_to"]["value"] == "slack://*** mailto://***"

@@ -164,6 +164,9 @@ def config(as_json: bool) -> None:
     cfg, sources = load_with_sources()
     values = {k: masked(v) if isinstance(v, str) else v for k, v in dataclasses.asdict(cfg).items()}
     values["notify_to"] = " ".join(f"{u.split('://', 1)[0]}://***" for u in cfg.notify_to.split())
+    for name in SECRETS:
+        if values[name]:
+            values[name] = "***"
     if not cfg.database_url:
         values["database_url"] = f"{masked(cfg.db_url)} (embedded)"
     if as_json:
@@ -174,6 +177,10 @@ def config(as_json: bool) -> None:
             for name, var in ENV.items()]
     click.echo(table(("SETTING", "VALUE", "FROM", "VARIABLE"), rows, max_last=40))
     click.echo(f"\nconfig file: ${CONFIG_ENV}, else $TPUQ_HOME/config.toml (keys as SETTING)")
+
+
+# settings that are secrets whole: shown as *** when set
+SECRETS = ("web_secret", "web_metrics_token")
 
 
 def masked(value: str) -> str:

@@ -163,9 +163,9 @@ def build(cfg: Any, holder: str) -> Any:
     db = context.database(cfg)
 
     def ring(_: list[int]) -> None:
-        from tpuq.queue.bell import wake_agents
+        from tpuq.state import wakeups
 
-        wake_agents(cfg.broker_url)  # requeued jobs: the scheduler looks at once
+        wakeups.ring(db)  # requeued jobs: every agent, the leader with them, looks at once
 
     return Controller(DbRecords(db, cfg, holder), cfg, GoogleTpuApi(client), boot,
                       on_requeue=ring)
