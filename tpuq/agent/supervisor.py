@@ -388,11 +388,14 @@ class Supervisor(threading.Thread):
         spec = self.spec
         progress = outcome.last_progress(outcome.progress_path(self.log_path))
         # the outcome must reach the database, however long it is away
-        self._write(lambda: outcome.record(self.ctx.db, spec.job_id, spec.attempt,
-                                           self.fence_host, end, progress=progress,
-                                           retry_backoff_s=self.ctx.settings.retry_backoff_s),
-                    "recording the end of")
-        status = f"exit {end.exit_code}" if end.exit_code is not None else \
-            f"signal {end.exit_signal}" if end.exit_signal is not None else "no exit status"
-        log.info("job %s attempt %s: %s (%s): %s", spec.job_id, spec.attempt,
-                 end.outcome.value, status, end.reason)
+        recorded = self._write(
+            lambda: outcome.record(self.ctx.db, spec.job_id, spec.attempt, self.fence_host,
+                                   end, progress=progress,
+                                   retry_backoff_s=self.ctx.settings.retry_backoff_s),
+            "recording the end of")
+        if recorded is None:
+            log.info("job %s attempt %s: ended, %s; the attempt was over already "
+                     "(nothing recorded)", spec.job_id, spec.attempt, outcome.words(end))
+        else:  # what show says: a stop request decides how the attempt counts
+            log.info("job %s attempt %s: %s", spec.job_id, spec.attempt,
+                     outcome.words(recorded))

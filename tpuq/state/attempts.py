@@ -220,6 +220,16 @@ def finish(s: Session, job_id: int, attempt: int, host: str | None, end: Ending,
     """End an attempt and move the job where the outcome says; None if fenced out.
     `retry_backoff_s` (Settings.retry_backoff_s) delays a retry after a failure or a
     host error, doubling with each failure."""
+    done = finish_recorded(s, job_id, attempt, host, end, retry_backoff_s=retry_backoff_s,
+                           actor=actor)
+    return None if done is None else done[0]
+
+
+def finish_recorded(s: Session, job_id: int, attempt: int, host: str | None, end: Ending, *,
+                    retry_backoff_s: float, actor: str = AGENT
+                    ) -> tuple[JobState, Ending] | None:
+    """As finish(), with the ending as recorded (a stop someone asked for decides how
+    the attempt counts: effective_ending), so whoever reports it says what show says."""
     # locked: a stop request written meanwhile must not be missed (it decides the outcome)
     job = s.execute(select(*_FINISH_COLUMNS).where(JOBS.c.id == job_id)
                     .with_for_update()).first()
@@ -237,7 +247,7 @@ def finish(s: Session, job_id: int, attempt: int, host: str | None, end: Ending,
                     "outcome": end.outcome.value, "exit_code": end.exit_code,
                     "exit_signal": end.exit_signal, "reason": end.reason}),
                 _release_chips(job_id, attempt)])
-    return None if row is None else to
+    return None if row is None else (to, end)
 
 
 # A stop someone asked for decides how the attempt counts, whatever the exit code was:
