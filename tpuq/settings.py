@@ -59,6 +59,10 @@ ENV: dict[str, str] = {
     "notify_poll_s": "TPUQ_NOTIFY_POLL_S",
     "notify_tries": "TPUQ_NOTIFY_TRIES",
     "notify_retry_s": "TPUQ_NOTIFY_RETRY_S",
+    "checkpoint_root": "TPUQ_CHECKPOINT_ROOT",
+    "checkpoint_wait_s": "TPUQ_CHECKPOINT_WAIT_S",
+    "gang_stop_s": "TPUQ_GANG_STOP_S",
+    "handover_s": "TPUQ_HANDOVER_S",
 }
 CONFIG_ENV = "TPUQ_CONFIG"
 # settings that take one of a few words
@@ -129,6 +133,19 @@ class Settings:
     notify_poll_s: float = 2.0
     notify_tries: int = 8
     notify_retry_s: float = 30.0
+    # where every host keeps job checkpoints: a shared path (an NFS mount, the same on
+    # every host) or a gs:// URL, making TPUQ_CHECKPOINT_DIR the same for every attempt
+    # on every host; empty = under each host's own TPUQ_HOME (docs/checkpoints.md)
+    checkpoint_root: str = ""
+    # host-local checkpoints: a requeued job waits this long for the host holding them
+    # (while it is expected back) before it starts over elsewhere
+    checkpoint_wait_s: float = 600.0
+    # a slice job's workers get this long between the stop signal and SIGKILL when a
+    # worker was lost or failed (no collective save can complete without it); a notice,
+    # cancel or time limit gives them the job's full grace
+    gang_stop_s: float = 5.0
+    # a hand-over (SIGUSR2): running jobs wait this long for a new agent to adopt them
+    handover_s: float = 300.0
 
     # ---- derived -------------------------------------------------------------------
     @property
@@ -275,7 +292,8 @@ def check(s: Settings) -> str | None:
         if getattr(s, name) <= 0:
             return f"{ENV[name]} must be positive, got {getattr(s, name):g}"
     for name in ("default_grace_s", "retry_backoff_s", "maintenance_lead_s",
-                 "notify_preempts", "notify_retry_s"):
+                 "notify_preempts", "notify_retry_s", "checkpoint_wait_s", "gang_stop_s",
+                 "handover_s"):
         if getattr(s, name) < 0:
             return f"{ENV[name]} cannot be negative, got {getattr(s, name):g}"
     if s.heartbeat_s >= s.lease_s:
@@ -284,6 +302,11 @@ def check(s: Settings) -> str | None:
     if s.host_stale_s <= s.heartbeat_s:
         return (f"{ENV['host_stale_s']} ({s.host_stale_s:g}) must be longer than "
                 f"{ENV['heartbeat_s']} ({s.heartbeat_s:g}), or every host looks dead")
+    from tpuq.checkpoints import check_root
+
+    bad_root = check_root(s.checkpoint_root)
+    if bad_root:
+        return f"{ENV['checkpoint_root']}: {bad_root}"
     if not 1024 <= s.port_base <= 65535 - 64:
         return f"{ENV['port_base']} must be between 1024 and {65535 - 64}, got {s.port_base}"
     return None

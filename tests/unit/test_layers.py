@@ -18,7 +18,8 @@ MIGRATIONS = ROOT / "migrations"  # installed as tpuq.migrations
 # lowest first; a module may import its own layer and those below it
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("leaf", ("tpuq", "tpuq.settings", "tpuq.spec", "tpuq.shapes", "tpuq.jobenv",
-              "tpuq.users", "tpuq.protocol", "tpuq.job", "tpuq.localclient", "tpuq.runfn")),
+              "tpuq.users", "tpuq.protocol", "tpuq.job", "tpuq.localclient", "tpuq.runfn",
+              "tpuq.checkpoints")),
     ("state", ("tpuq.state", "tpuq.migrations")),
     ("scheduler", ("tpuq.scheduler",)),
     ("queue", ("tpuq.queue",)),

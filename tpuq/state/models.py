@@ -68,6 +68,10 @@ class Job(Base):
     # (Apprise URLs, one per line: may hold a token; agents read it, users never do)
     notify: Mapped[str | None] = mapped_column(String(32))
     notify_to: Mapped[str | None] = mapped_column(Text)
+    # where its checkpoints live (a path or a gs:// URL) and, when that directory is on
+    # one host's disk only, that host (a slice job's: its slice); set with each assignment
+    checkpoint_dir: Mapped[str | None] = mapped_column(Text)
+    checkpoint_host: Mapped[str | None] = mapped_column(String(128))
     submitted_at: Mapped[float] = mapped_column(Double)
     updated_at: Mapped[float] = mapped_column(Double)
     ended_at: Mapped[float | None] = mapped_column(Double)
@@ -103,6 +107,9 @@ class Attempt(Base):
     # the total the job gave with that step, and when it should reach it (agent/outcome.py)
     checkpoint_total: Mapped[int | None] = mapped_column(BigInteger)
     eta_at: Mapped[float | None] = mapped_column(Double)
+    # why this attempt starts without the job's earlier checkpoints (on a host it cannot
+    # reach); None: it resumes from them, or it is the first
+    started_over: Mapped[str | None] = mapped_column(Text)
 
 
 class JobDep(Base):
@@ -156,6 +163,14 @@ class Host(Base):
     slice_name: Mapped[str | None] = mapped_column(String(128))
     slice_worker: Mapped[int | None] = mapped_column(Integer)
     slice_type: Mapped[str | None] = mapped_column(String(32))
+    # the shared checkpoint root its agent uses (TPUQ_CHECKPOINT_ROOT); None: under its
+    # own TPUQ_HOME, on this host's disk only
+    checkpoint_root: Mapped[str | None] = mapped_column(Text)
+    # the reaper requeued work whose lease this host stopped renewing: no work for it
+    # until it is heard from again (a heartbeat after this)
+    lost_at: Mapped[float | None] = mapped_column(Double)
+    # its agent handed over (SIGUSR2): its jobs wait for a new agent until then
+    handover_until: Mapped[float | None] = mapped_column(Double)
 
 
 class Allocation(Base):
@@ -219,6 +234,8 @@ class Notification(Base):
     # the destinations (their line numbers in jobs.notify_to) already told: a retry
     # sends only to the others
     sent_to: Mapped[str | None] = mapped_column(String(64))
+    # what the event was about, in the words of its moment (e.g. why a job started over)
+    detail: Mapped[str | None] = mapped_column(Text)
 
 
 class JobFunction(Base):
