@@ -215,7 +215,8 @@ class Agent:
         self.tickers += [
             self.lead_ticker,
             self.sched_ticker,
-            Ticker("reaper", max(cfg.lease_s / 3, 0.2), self.scheduler.reap),
+            # a dead host's job runs elsewhere within its lease and a few seconds
+            Ticker("reaper", max(min(cfg.lease_s / 3, 1.0), 0.2), self._reap),
             Ticker("heartbeat", cfg.heartbeat_s, self._heartbeat),
             Ticker("tpu-logs", 3600, lambda: libtpu.trim_tpu_logs(cfg.tpu_logs_dir)),
             Ticker("notifier", cfg.notify_poll_s, Notifier(cfg, self.db, self.name).run_once),
@@ -265,6 +266,10 @@ class Agent:
 
         self.executor.end_hooks.append(final)
         self.tickers.append(Ticker("log-shipper", 0.5, tick))
+
+    def _reap(self) -> None:
+        if self.scheduler.reap():
+            self.sched_ticker.wake()  # the requeued jobs go elsewhere now, not next poll
 
     def _schedule(self) -> None:
         if not self.stopping.is_set():
@@ -373,14 +378,49 @@ class Agent:
 
     def _hand_over(self) -> None:
         """Leave every running job with its keeper (which keeps fencing it on its lease)
-        and go: the next agent adopts them. An upgrade costs the jobs nothing."""
-        log.info("handing over: %d job(s) stay with their keepers for the next agent",
-                 len(self.executor.supervisors()))
+        and go: the next agent adopts them. An upgrade costs the jobs nothing.
+
+        The jobs' leases are extended to TPUQ_HANDOVER_S, in the database and in their
+        keepers, once no supervisor renews them any more: they wait that long for a new
+        agent, then their keepers stop them and they are requeued. The host is marked
+        stopped (handed over) meanwhile: it gets no new work until an agent is back."""
+        sups = self.executor.supervisors()
+        log.info("handing over: %d job(s) stay with their keepers for the next agent, "
+                 "for up to %gs", len(sups), self.settings.handover_s)
         self.executor.accepting = False
-        for sup in self.executor.supervisors():
+        for sup in sups:
             sup.detach()
         self.executor.wait_idle(timeout=10.0)
+        handed = [sup.spec for sup in sups if sup.handed_over and sup.spec.gang is None]
+        try:
+            with self.db.write() as s:
+                self.held.stopped(s, self.settings.handover_s)
+        except Exception as e:  # noqa: BLE001 - the jobs keep their ordinary leases
+            log.warning("could not mark the host handed over: %s", str(e).splitlines()[0])
+        for spec in handed:
+            self._extend_for_handover(spec)
         self.shutdown()
+
+    def _extend_for_handover(self, spec: Any) -> None:
+        """One handed-over job's lease, TPUQ_HANDOVER_S from now: the database first, then
+        its keeper (from a time taken before the database's, so the keeper's is shorter)."""
+        from tpuq.agent import keepers
+
+        asked = keepers.clock()
+        try:
+            with self.db.write() as s:
+                lease = attempts.renew(s, spec.job_id, spec.attempt, self.name,
+                                       self.settings.handover_s)
+        except Exception as e:  # noqa: BLE001 - its keeper keeps the ordinary lease
+            log.warning("job %s: lease not extended for the hand-over: %s", spec.job_id,
+                        str(e).splitlines()[0])
+            return
+        found = keepers.adopt(self.executor.keepers.run_dir, spec.job_id, spec.attempt) \
+            if lease.held else None
+        if found is not None:
+            link, _ = found
+            link.send(op="lease", until=asked + self.settings.handover_s)
+            link.close()
 
     def shutdown(self) -> None:
         if self.worker is not None:

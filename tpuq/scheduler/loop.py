@@ -33,6 +33,10 @@ ROLE = "scheduler"
 # Chip-hour usage (fair share, budgets) is recomputed at most this often: it scans recent
 # attempts, and a pass runs after every finished job. Chips in use are always fresh.
 USAGE_TTL_S = 10.0
+# An expired lease is requeued once a reaper pass this much later still finds it expired
+# (at most a third of a lease). A live host that was cut off renews within its retry
+# cap (2 s, supervisor.py) once it reaches the database again.
+REAP_CONFIRM_S = 5.0
 Dispatch = Callable[[str, int, int], None]  # tell host to start (job_id, attempt)
 Notify = Callable[[], None]
 
@@ -133,9 +137,11 @@ class Scheduler:
     def reap(self) -> list[int]:
         """Requeue jobs whose host stopped renewing their lease (leader only).
 
-        An expired lease is only a suspect until a later pass, at least a third of a lease
-        on, still finds it expired: after a database outage every lease looks expired, and
-        the hosts need a moment to renew theirs. A new leader starts with no suspects.
+        An expired lease is only a suspect until a later pass, REAP_CONFIRM_S (at most a
+        third of a lease) on, still finds it expired: after a database outage every lease
+        looks expired, and the hosts need a moment to renew theirs. A new leader starts
+        with no suspects. The keeper of an attempt stops it before its lease can run out
+        (keeper.py), so requeueing at once after that is safe.
         """
         if not self.has_lease():
             self._suspects = {}
@@ -144,7 +150,7 @@ class Scheduler:
             expired = attempts.expired_leases(s)
         now = time.monotonic()
         self._suspects = {k: self._suspects.get(k, now) for k in expired}
-        grace = self.settings.lease_s / 3
+        grace = min(self.settings.lease_s / 3, REAP_CONFIRM_S)
         due = {k for k, seen in self._suspects.items() if now - seen >= grace}
         if not due:
             return []

@@ -26,6 +26,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
+from tpuq.state import hosts
 from tpuq.state.clock import db_now, from_now
 from tpuq.state.models import Allocation, Attempt, Job
 from tpuq.state.states import ACTIVE, NOT_CHARGED, JobState, Outcome
@@ -320,12 +321,12 @@ def requeue_expired(s: Session, suspects: set[tuple[int, int]], *,
     if not suspects:
         return []
     rows = s.execute(
-        select(Job.id, Job.attempt, Job.host)
+        select(Job.id, Job.attempt, Job.host, Job.workers)
         .where(Job.id.in_(sorted(j for j, _ in suspects)),
                Job.state.in_([A.value, R.value, P.value]), Job.lease_expires_at < db_now())
         .with_for_update(skip_locked=True)
     ).all()
-    done = []
+    done, silent = [], []
     for r in rows:
         if (r.id, r.attempt) not in suspects:
             continue
@@ -333,6 +334,12 @@ def requeue_expired(s: Session, suspects: set[tuple[int, int]], *,
         if finish(s, r.id, r.attempt, r.host, end, retry_backoff_s=retry_backoff_s,
                   actor="reaper") is not None:
             done.append(r.id)
+            if r.workers is None:  # a slice job's `host` is its slice (gangs.sweep)
+                silent.append(r.host)
+    # the job goes elsewhere, and nothing new goes where it was until that host is heard
+    # from: its heartbeat may still look fresh (TPUQ_HOST_STALE_S is no shorter than a
+    # lease), and a dead host given the job again would cost another whole lease
+    hosts.mark_lost(s, silent)
     return done
 
 

@@ -62,8 +62,12 @@ class Held:
         s.execute(update(Host).where(self._mine(), Host.busy_reason.is_distinct_from(reason))
                   .values(busy_reason=reason))
 
-    def stopped(self, s: Session) -> None:
-        s.execute(update(Host).where(self._mine()).values(stopped_at=db_now()))
+    def stopped(self, s: Session, handover_s: float | None = None) -> None:
+        """The agent stops; `handover_s`: it hands over (SIGUSR2), and its running jobs
+        wait this long for a new agent. Either way the host gets no new work."""
+        until = None if handover_s is None else db_now() + handover_s
+        s.execute(update(Host).where(self._mine()).values(stopped_at=db_now(),
+                                                          handover_until=until))
 
 
 def is_live(heartbeat_at: float | None, now: float, stale_s: float) -> bool:
@@ -76,16 +80,35 @@ def out_of_service(row: Any, now: float, stale_s: float) -> str | None:
     """Why a host takes no new work, in words, or None when it does. The one rule: the
     scheduler (and its waiting reasons) and `tpuq status` both ask here."""
     if row.stopped_at is not None:
+        if row.handover_until is not None and now < row.handover_until:
+            return "handed over: its jobs wait for a new agent"
         return "agent stopped"
     if not is_live(row.heartbeat_at, now, stale_s):
         # its agent died or cannot reach the database; its jobs are requeued when their
         # leases expire
         return "silent: gets no work"
+    if was_lost(row):
+        return "lost: its leases ran out; no work until it is heard from"
     if row.busy_reason:
         return f"busy: {row.busy_reason}"
     if row.draining:
         return "draining"
     return None
+
+
+def was_lost(row: Any) -> bool:
+    """The reaper requeued work this host stopped renewing, and it has not beaten since."""
+    return row.lost_at is not None and (row.heartbeat_at is None
+                                        or row.heartbeat_at <= row.lost_at)
+
+
+def mark_lost(s: Session, names: Sequence[str]) -> None:
+    """These hosts stopped renewing the leases of their work (the reaper, a gang's lost
+    worker): they get none until their agent is heard from again (a heartbeat after
+    now). A live agent beats within TPUQ_HEARTBEAT_S and is back at once."""
+    if names:
+        s.execute(update(Host).where(Host.name.in_(sorted(set(names))))
+                  .values(lost_at=db_now()))
 
 
 def _holder_of(row: Host) -> Holder | None:
@@ -100,7 +123,8 @@ def _alive(row: Host, now: float, stale_s: float) -> bool:
 
 def register(s: Session, held: Held, holder: Holder, *, tpu_type: str | None,
              chips: Sequence[int], boot_id: str, agent_pid: int, stale_s: float,
-             seat: tuple[str, int, str] | None = None) -> str | None:
+             seat: tuple[str, int, str] | None = None,
+             checkpoint_root: str | None = None) -> str | None:
     """Take the host name for `held.instance` at agent start and describe the host.
 
     Raises NameTaken when a live agent on another machine or in another state directory
@@ -114,7 +138,8 @@ def register(s: Session, held: Held, holder: Holder, *, tpu_type: str | None,
               "agent_instance": held.instance,
               # (slice, worker, slice type) of a multi-host slice's worker
               "slice_name": seat[0] if seat else None, "slice_worker": seat[1] if seat else None,
-              "slice_type": seat[2] if seat else None}
+              "slice_type": seat[2] if seat else None,
+              "checkpoint_root": checkpoint_root or None, "handover_until": None}
     mod = postgresql if s.get_bind().dialect.name == "postgresql" else sqlite
     inserted = s.execute(mod.insert(Host).values(**values, draining=False)
                          .on_conflict_do_nothing(index_elements=["name"])

@@ -52,7 +52,7 @@ QUEUED_COLUMNS = tuple(JOBS.c[n] for n in (
     "attempt", "time_limit_s", "array_id", "array_throttle", "workers"))
 HOST_COLUMNS = tuple(cast(Table, Host.__table__).c[n] for n in (
     "name", "tpu_type", "chips", "heartbeat_at", "draining", "busy_reason", "stopped_at",
-    "slice_name", "slice_worker", "slice_type"))
+    "slice_name", "slice_worker", "slice_type", "lost_at", "handover_until"))
 
 
 def read(s: Session, host_stale_s: float, half_life_h: float,
