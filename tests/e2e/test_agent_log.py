@@ -43,3 +43,15 @@ def test_the_agent_log_says_what_show_records_for_a_preempted_job_that_exits_0(
     assert "preempted" in stack.tpuq("show", str(job)).stdout
     stack.tpuq("cancel", str(job))
     stack.wait_state(job, "cancelled")
+
+
+def test_an_agent_stopped_as_soon_as_it_started_logs_no_traceback(team_stack, host):
+    """A clean stop is clean even while the Celery worker is still starting up (its
+    start, cut short by the stop, used to log an "Unrecoverable error" and a traceback)."""
+    agent = team_stack.start_agent(host)
+    for _ in range(3):
+        assert agent.stop() == 0
+        agent.start()
+    assert agent.stop() == 0
+    log = agent.log_path.read_text()
+    assert "Traceback" not in log and "CRITICAL" not in log, log[-3000:]
