@@ -19,8 +19,18 @@ from __future__ import annotations
 
 import os
 import posixpath
+from typing import NamedTuple
 
 URL_SCHEMES = ("gs://",)  # roots passed through as is: Orbax and TensorStore write them
+
+
+class Placement(NamedTuple):
+    """Where an attempt keeps its checkpoints, as the scheduler records it."""
+
+    dir: str
+    host: str | None  # the host (a slice job's: slice) whose disk holds it; None: shared
+    started_over: str | None  # why it starts without the job's earlier checkpoints
+    fresh: bool  # another directory than the job's last: nothing seen in it yet
 
 
 def is_url(path: str) -> bool:
@@ -66,21 +76,32 @@ def job_dir(root: str | None, home: str, instance: str, job_id: int,
 
 
 def placed(root: str | None, home: str, instance: str, job_id: int, attempt: int,
-           host: str, before: tuple[str | None, str | None]) -> tuple[str, str | None, str | None]:
+           host: str, before: tuple[str | None, str | None, bool]) -> Placement:
     """Where attempt `attempt` of a job on `host` keeps its checkpoints, given where the
-    job's were (`before`: (dir, host), (None, None) for a first attempt):
-    (dir, the host holding it or None when shared, why it starts over or None)."""
-    old_dir, old_host = before
+    job's were (`before`: (dir, host, whether anything was seen in it); (None, None,
+    False) for a first attempt). It starts over, and says so, when it cannot reach a
+    directory that held something."""
+    old_dir, old_host, seen = before
+    holder = None if root else host
     if old_dir is None:
-        return job_dir(root, home, instance, job_id), None if root else host, None
+        return Placement(job_dir(root, home, instance, job_id), holder, None, True)
     if root:
         new = job_dir(root, home, instance, job_id)
         if new == old_dir:
-            return new, None, None
+            return Placement(new, None, None, False)
     elif old_host == host:
-        return old_dir, host, None
+        return Placement(old_dir, host, None, False)
     else:
         new = job_dir(root, home, instance, job_id, attempt)
     where = f"on {old_host}" if old_host else f"in {old_dir}"
-    return new, None if root else host, \
-        f"checkpoint {where} not reachable from {host}: starting over"
+    over = f"checkpoint {where} not reachable from {host}: starting over" if seen else None
+    return Placement(new, holder, over, True)
+
+
+def has_content(path: str) -> bool:
+    """Whether a local checkpoint directory holds anything (one entry is enough)."""
+    try:
+        with os.scandir(path) as entries:
+            return next(entries, None) is not None
+    except OSError:
+        return False

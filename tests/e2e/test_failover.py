@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-from pathlib import Path
 
 import pytest
 
@@ -93,3 +92,103 @@ def test_a_handed_over_job_waits_for_a_new_agent_then_runs_elsewhere(team_stack,
     lease_s = 3.0  # the harness's: the old keeper stopped the job within it
     assert ended.ended_at > handed.stopped_at + lease_s + 1.0, "it waited the window"
     assert moved.number == 2
+
+
+def test_a_gang_whose_worker_lost_its_agent_stops_at_once_and_resumes_bit_identical(
+        team_stack, tmp_path):
+    """Four workers train together (jax.distributed on CPU); worker 2's agent is killed.
+    Its keeper stops its process when the lease runs out; worker 0 sees the loss within
+    a second and the other three get a short stop (TPUQ_GANG_STOP_S), not their grace
+    (600 s here: no save can complete without worker 2 anyway). The job is requeued,
+    uncharged, every worker's row says how it ended, and once worker 2's agent is back
+    the job resumes from its last checkpoint and ends with the very bytes of an
+    uninterrupted run."""
+    from tests.e2e.test_slices import TYPE, start_slice, start_worker, workers
+    from tests.harness import fixture_cmd
+    from tests.services import free_port
+
+    steps = "150"
+    env = {"TPUQ_COORDINATOR_PORT": str(free_port())}
+    hosts = start_slice(team_stack, tmp_path, **env)
+    ref, out = tmp_path / "ref", tmp_path / "out"
+    ref.mkdir()
+    out.mkdir()
+    clean = team_stack.submit("--tpu-type", TYPE, *fixture_cmd("jax_gang_train.py", ref, steps))
+    team_stack.wait_state(clean, "succeeded", timeout=180)
+    job = team_stack.submit("--tpu-type", TYPE, "--grace", "600",
+                            *fixture_cmd("jax_gang_train.py", out, steps))
+    wait_for(lambda: int((out / "step.1").read_text() or 0) >= 25
+             if (out / "step.1").exists() else False, 120, "25 steps of the first attempt")
+    team_stack.agents[2].kill()
+    wait_for(lambda: team_stack.job(job).attempt > 1 or team_stack.job(job).state == "queued",
+             90, "the gang requeued, well within its 600 s grace",
+             on_timeout=lambda: repr([(g.worker, g.state, g.outcome, g.reason)
+                                      for g in workers(team_stack, job)]))
+    first = team_stack.attempts(job)[0]
+    assert first.outcome == "lost" and "worker 2 (pod-a-w2) lost" in (first.reason or "")
+    assert team_stack.job(job).failures == 0
+    rows = {g.worker: g for g in workers(team_stack, job) if g.attempt == 1}
+    assert all(g.state == "ended" and g.ended_at for g in rows.values()), \
+        [(g.worker, g.state) for g in rows.values()]
+    assert rows[2].outcome == "lost", "the lost worker's row says so"
+    assert {rows[w].outcome for w in (0, 1, 3)} == {"preempted"}
+    assert all("stopped with the gang" in (rows[w].reason or "") for w in (0, 1, 3))
+    start_worker(team_stack, hosts[2], 2, tmp_path, **env)
+    team_stack.wait_state(job, "succeeded", timeout=180)
+    resumed = int((out / f"resumed.{team_stack.job(job).attempt}").read_text())
+    assert resumed >= 20, "it resumed from its checkpoint, not from the start"
+    assert (out / "final").read_text() == (ref / "final").read_text()
+
+
+def test_a_gang_whose_worker_host_died_gets_a_short_stop_not_its_grace(team_stack, tmp_path):
+    """Worker 2's host dies (agent, keeper and process): the other three, deaf to their
+    stop signal as JAX's preemption service is while a peer is dead, are killed
+    TPUQ_GANG_STOP_S after it, not after their 600 s grace, and the job is requeued,
+    uncharged. A hung collective cannot save; the grace would buy nothing."""
+    from tests.e2e.test_slices import TYPE, start_slice, started, workers
+    from tests.harness import fixture_cmd
+
+    out = tmp_path / "out"
+    out.mkdir()
+    hosts = start_slice(team_stack, tmp_path, TPUQ_GANG_STOP_S="1")
+    job = team_stack.submit("--tpu-type", TYPE, "--grace", "600",
+                            *fixture_cmd("gang_task.py", out, "deaf"))
+    wait_for(lambda: len(started(out)) == 4 and all(g.pid for g in workers(team_stack, job)),
+             60, "every worker to run")
+    victim = workers(team_stack, job)[2]
+    team_stack.agents[2].kill()
+    team_stack.kill_keepers(hosts[2])
+    os.killpg(victim.pid, signal.SIGKILL)
+    wait_for(lambda: team_stack.job(job).state == "queued" or team_stack.job(job).attempt > 1,
+             60, "the gang requeued, well within its grace")
+    assert sorted(p.name for p in out.glob("term.1.*")) == ["term.1.0", "term.1.1", "term.1.3"]
+    rows = {g.worker: g for g in workers(team_stack, job) if g.attempt == 1}
+    assert [rows[w].exit_signal for w in (0, 1, 3)] == [9, 9, 9], "killed after the short stop"
+    assert (rows[2].state, rows[2].outcome) == ("ended", "lost")
+    first = team_stack.attempts(job)[0]
+    assert first.outcome == "lost" and "worker 2 (pod-a-w2) lost" in (first.reason or "")
+    assert team_stack.job(job).failures == 0
+
+
+def test_logs_of_an_attempt_lost_before_it_started_tell_one_story(team_stack, tmp_path):
+    """Attempt 1 was assigned to a host that never started it; its lease ran out and
+    attempt 2 ran elsewhere. `tpuq logs -f` from another machine says once what became
+    of attempt 1, as `show` does, and names no log file it never had."""
+    from tpuq.state import attempts, leader
+
+    with team_stack.db.write() as s:  # the test leads, to assign where nobody listens
+        assert leader.acquire(s, "scheduler", "the-test", 600)
+    team_stack.start_agent(FakeHost(tmp_path / "a", name="tpu-a", chips=4))
+    job = team_stack.submit("--", "sh", "-c", "echo second")
+    with team_stack.db.write() as s:
+        assert attempts.assign(s, job, 0, "tpu-ghost", [0, 1, 2, 3], lease_s=1) == 1
+        leader.release(s, "scheduler", "the-test")
+    team_stack.wait_state(job, "succeeded", timeout=60)
+    first = team_stack.attempts(job)[0]
+    assert first.outcome == "lost" and first.started_at is None
+    r = team_stack.tpuq("logs", str(job), "-f", TPUQ_HOST="laptop",
+                        TPUQ_AGENT_SOCKET="/nonexistent/agent.sock")
+    assert r.stdout.endswith("second\n")
+    assert "None" not in r.stderr and "not in Redis" not in r.stderr, r.stderr
+    assert (f"tpuq: attempt 1 wrote nothing: lost before it started: {first.reason}"
+            in r.stderr), r.stderr

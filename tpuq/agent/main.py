@@ -16,7 +16,7 @@ import threading
 import uuid
 from typing import Any
 
-from tpuq import localclient
+from tpuq import checkpoints, localclient
 from tpuq.agent import devices, identity, libtpu, pidlock, recovery, topology
 from tpuq.agent.errors import AgentError
 from tpuq.agent.executor import Executor
@@ -83,8 +83,11 @@ class Agent:
             self.tpu_type = topo.get("accelerator_type")
         self.seat = topology.seat_of(settings, topo)
         self.chips = chips
+        shared = [settings.checkpoint_root] if settings.checkpoint_root and \
+            not checkpoints.is_url(settings.checkpoint_root) else []
         cannot = identity.check_agent_can(
-            settings.run_as, [settings.home, settings.logs_dir, settings.checkpoints_dir])
+            settings.run_as, [settings.home, settings.logs_dir, settings.checkpoints_dir,
+                              *shared])
         if cannot:
             raise AgentError(cannot)
         self.stopping = threading.Event()
@@ -180,7 +183,11 @@ class Agent:
     def start(self) -> None:
         # what the agent writes (database, logs, locks) is its own; jobs get 022 back
         os.umask(0o077)
-        self.executor.dirs.prepare(self.settings.home)
+        try:
+            self.executor.dirs.prepare(self.settings.home)
+        except OSError as e:
+            raise AgentError(f"cannot make the directories jobs need: {e} (check "
+                             "TPUQ_HOME and TPUQ_CHECKPOINT_ROOT)") from None
         self._pidlock = pidlock.take(self.settings.home, self.name)
         self.reserve.hold()
         outage.disk_full_hook = self.reserve.release
@@ -197,7 +204,7 @@ class Agent:
                     chips=[c.index for c in self.chips], boot_id=self.boot_id,
                     agent_pid=os.getpid(), stale_s=self.settings.host_stale_s,
                     seat=(self.seat.slice, self.seat.worker, self.seat.tpu_type)
-                    if self.seat else None)
+                    if self.seat else None, checkpoint_root=self.settings.checkpoint_root)
         except hosts.NameTaken as e:
             raise AgentError(str(e)) from None
         if took_over:

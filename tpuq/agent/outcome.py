@@ -73,13 +73,17 @@ def read_exit(log_path: str) -> dict[str, Any] | None:
 
 
 def record(db: Database, job_id: int, attempt: int, host: str, end: Ending, *,
-           progress: Progress | None, retry_backoff_s: float) -> Ending | None:
-    """One transaction: the last reported step, then the end (fenced: nothing changes).
-    The ending as recorded (a stop request decides how the attempt counts), or None
-    when the attempt was no longer this host's to end."""
+           progress: Progress | None, retry_backoff_s: float,
+           checkpoint_seen: bool = False) -> Ending | None:
+    """One transaction: the last reported step (and that the host-local checkpoint
+    directory holds something), then the end (fenced: nothing changes). The ending as
+    recorded (a stop request decides how the attempt counts), or None when the attempt
+    was no longer this host's to end."""
     with db.write() as s:
         if progress is not None:
             attempts.record_progress(s, job_id, attempt, *progress)
+        if checkpoint_seen:
+            attempts.checkpoint_seen(s, job_id, attempt)
         done = attempts.finish_recorded(s, job_id, attempt, host, end,
                                         retry_backoff_s=retry_backoff_s)
     return None if done is None else done[1]

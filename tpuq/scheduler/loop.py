@@ -20,12 +20,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from sqlalchemy.orm import Session
 
+from tpuq import checkpoints
 from tpuq.scheduler import policy
 from tpuq.settings import Settings
-from tpuq.state import attempts, deps, gangs, leader, snapshot, usage
+from tpuq.state import attempts, deps, gangs, hosts, leader, queries, snapshot, usage
 from tpuq.state.db import Database
 
 log = logging.getLogger("tpuq.scheduler")
@@ -41,14 +43,18 @@ Dispatch = Callable[[str, int, int], None]  # tell host to start (job_id, attemp
 Notify = Callable[[], None]
 
 
-def views(snap: snapshot.Snapshot) -> tuple[list[policy.JobView], list[policy.HostView],
-                                             dict[str, policy.TeamView]]:
+def views(snap: snapshot.Snapshot, checkpoint_wait_s: float = 0.0
+          ) -> tuple[list[policy.JobView], list[policy.HostView], dict[str, policy.TeamView]]:
+    """`checkpoint_wait_s`: how long a job waits for the host holding its checkpoints
+    (Settings.checkpoint_wait_s), from the end of its last attempt."""
     jobs = [policy.JobView(id=r.id, team=r.team, user=r.owner, priority=r.priority,
                            submitted_at=r.submitted_at, chips=r.chips, tpu_type=r.tpu_type,
                            not_before=r.not_before, depends_on=snap.unmet.get(r.id, ()),
                            est_hours=(r.time_limit_s or 0.0) / 3600.0,
                            time_limit_s=r.time_limit_s, array_id=r.array_id,
-                           array_throttle=r.array_throttle, workers=r.workers)
+                           array_throttle=r.array_throttle, workers=r.workers,
+                           home=_home(r), home_until=_home_until(
+                               snap, r.id, _home(r), checkpoint_wait_s))
             for r in snap.queued]
     hosts = [policy.HostView(name=name, tpu_type=tpu_type, chips=chips,
                              free=frozenset(chips) - snap.used.get(name, set()),
@@ -56,10 +62,25 @@ def views(snap: snapshot.Snapshot) -> tuple[list[policy.JobView], list[policy.Ho
                              free_at=snap.ends.get(name, {}),
                              slice=member[0] if member else None,
                              worker=member[1] if member else 0,
-                             slice_type=member[2] if member else None)
+                             slice_type=member[2] if member else None,
+                             draining=name in snap.draining)
              for name, tpu_type, chips, why, member in snap.hosts]
     names = set(snap.team_running) | set(snap.teams) | set(snap.usage)
     return jobs, hosts, {t: team_view(snap, t) for t in names}
+
+
+def _home(r: Any) -> str | None:
+    """The host a queued job's checkpoints are on, when they are on one host's disk and
+    its agent saw them hold something (an empty directory is nothing to wait for)."""
+    return r.checkpoint_host if r.checkpoint_seen_at is not None else None
+
+
+def _home_until(snap: snapshot.Snapshot, job_id: int, home: str | None,
+                wait_s: float) -> float | None:
+    if home is None:
+        return None
+    left = snap.left_home.get(job_id)
+    return None if left is None else left + wait_s
 
 
 def team_view(snap: snapshot.Snapshot, name: str) -> policy.TeamView:
@@ -87,7 +108,7 @@ def plan_for(s: Session, settings: Settings, recent_usage: dict[str, usage.Usage
              ) -> tuple[snapshot.Snapshot, policy.Plan]:
     snap = snapshot.read(s, settings.host_stale_s, settings.fair_share_half_life_h,
                          recent_usage)
-    jobs, hosts, teams = views(snap)
+    jobs, hosts, teams = views(snap, settings.checkpoint_wait_s)
     return snap, policy.plan(jobs, hosts, teams, snap.now, array_running=snap.array_running)
 
 
@@ -105,6 +126,7 @@ class Scheduler:
         self._usage: dict[str, usage.Usage] | None = None
         self._usage_at = float("-inf")
         self._suspects: dict[tuple[int, int], float] = {}  # expired lease -> first seen
+        self._instance: str | None = None  # the database's id (checkpoint directories)
 
     def run_pass(self) -> int:
         """One pass; returns how many jobs were assigned."""
@@ -119,20 +141,33 @@ class Scheduler:
             snap, plan = plan_for(s, self.settings, self._usage if fresh else None)
             if not fresh:
                 self._usage, self._usage_at = snap.usage, time.monotonic()
-            attempt_of = {r.id: r.attempt for r in snap.queued}
+            queued = {r.id: r for r in snap.queued}
             for a in plan.assignments:
+                row = queued[a.job_id]
+                where = self._checkpoints(s, snap, row, a)
                 if a.workers:  # a slice job: every worker is told
-                    n = gangs.assign(s, a.job_id, attempt_of[a.job_id], a.host, a.workers,
-                                     self.settings.lease_s)
+                    n = gangs.assign(s, a.job_id, row.attempt, a.host, a.workers,
+                                     self.settings.lease_s, checkpoint=where)
                     started += [(host, a.job_id, n) for host, _ in a.workers] if n else []
                     continue
-                n = attempts.assign(s, a.job_id, attempt_of[a.job_id], a.host, a.chips,
-                                    self.settings.lease_s)
+                n = attempts.assign(s, a.job_id, row.attempt, a.host, a.chips,
+                                    self.settings.lease_s, checkpoint=where)
                 if n is not None:
                     started.append((a.host, a.job_id, n))
         for host, job_id, n in started:
             self.dispatch(host, job_id, n)
         return len(started)
+
+    def _checkpoints(self, s: Session, snap: snapshot.Snapshot, row: Any,
+                     a: policy.Assignment) -> checkpoints.Placement:
+        """Where the assigned attempt keeps its checkpoints, from the host's registration
+        (a slice's: worker 0's) and where the job's were; and whether it starts over."""
+        if self._instance is None:
+            self._instance = queries.instance_id(s)
+        root, home = snap.storage.get(a.workers[0][0] if a.workers else a.host, (None, None))
+        return checkpoints.placed(root, home or "", self._instance, row.id, row.attempt + 1,
+                                  a.host, (row.checkpoint_dir, row.checkpoint_host,
+                                           row.checkpoint_seen_at is not None))
 
     def reap(self) -> list[int]:
         """Requeue jobs whose host stopped renewing their lease (leader only).
@@ -146,8 +181,13 @@ class Scheduler:
         if not self.has_lease():
             self._suspects = {}
             return []
+        margin = min(1.0, self.settings.lease_s / 10)  # as a gang's worker 0's (gang.py)
         with self.db.read() as s:
             expired = attempts.expired_leases(s)
+            stale = gangs.stale(s, margin)
+        if stale:  # slice workers of attempts that are over, that nobody reports on
+            with self.db.write() as s:
+                hosts.mark_lost(s, gangs.sweep(s, stale))
         now = time.monotonic()
         self._suspects = {k: self._suspects.get(k, now) for k in expired}
         grace = min(self.settings.lease_s / 3, REAP_CONFIRM_S)

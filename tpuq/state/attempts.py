@@ -16,6 +16,7 @@ from sqlalchemy import (
     Row,
     String,
     Table,
+    Text,
     bindparam,
     delete,
     insert,
@@ -26,11 +27,12 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
+from tpuq.checkpoints import Placement
 from tpuq.state import hosts
 from tpuq.state.clock import db_now, from_now
 from tpuq.state.models import Allocation, Attempt, Job
 from tpuq.state.states import ACTIVE, NOT_CHARGED, JobState, Outcome
-from tpuq.state.transitions import JOBS, Rider, transition_returning
+from tpuq.state.transitions import JOBS, Rider, notification_rider, transition_returning
 
 Q, A, R, P = JobState.QUEUED, JobState.ASSIGNED, JobState.RUNNING, JobState.PREEMPTING
 AGENT = "agent"
@@ -39,36 +41,52 @@ ALLOCATIONS = cast(Table, Allocation.__table__)
 
 
 def assign(s: Session, job_id: int, attempt_now: int, host: str, chips: Sequence[int],
-           lease_s: float, reason: str | None = None, *, book: bool = True) -> int | None:
+           lease_s: float, reason: str | None = None, *, book: bool = True,
+           checkpoint: Placement | None = None) -> int | None:
     """queued -> assigned with attempt+1, chip rows and a lease, in the caller's transaction.
 
     Returns the new attempt number, or None when the job changed meanwhile. A chip that is
     already booked makes the INSERT fail (primary key): the caller's transaction rolls back.
     book=False records the attempt's chips without booking them on `host` (a slice job
-    books each worker's own, gangs.assign).
+    books each worker's own, gangs.assign). `checkpoint`: where the attempt keeps its
+    checkpoints (tpuq/checkpoints.py), recorded on the job; when it starts over (they
+    are on a host it cannot reach), the event, the attempt and a notification say so.
     """
     new = attempt_now + 1
-    riders = [_new_attempt(job_id, new, host, chips)]
+    over = checkpoint.started_over if checkpoint else None
+    riders = [_new_attempt(job_id, new, host, chips, over)]
     if chips and book:
         riders.append(_book_chips(job_id, new, host, chips))
+    values: dict[str, Any] = {"attempt": new, "host": host, "stop_request": None,
+                              "lease_expires_at": from_now(lease_s)}
+    if checkpoint is not None:
+        values.update(checkpoint_dir=checkpoint.dir, checkpoint_host=checkpoint.host)
+        if checkpoint.fresh:
+            values["checkpoint_seen_at"] = None
+    if over is not None:
+        riders.append(notification_rider("restarted", over))
+    said = reason or f"assigned to {host} chips {','.join(map(str, chips))}"
     row = transition_returning(
         s, job_id, Q, A, attempt=attempt_now, actor="scheduler",
-        reason=reason or f"assigned to {host} chips {','.join(map(str, chips))}",
-        values={"attempt": new, "host": host, "stop_request": None,
-                "lease_expires_at": from_now(lease_s)},
-        riders=riders)
+        reason=f"{said}; {over}" if over else said, values=values, riders=riders)
     return None if row is None else new
 
 
 # what the host needs of the job to run it, returned by the start statement itself
 RUN_FIELDS = ("command", "cwd", "env", "stop_signal", "grace_s", "time_limit_s", "tcmalloc",
-              "owner")
-START_COLUMNS = (*(JOBS.c[name] for name in RUN_FIELDS),
+              "owner", "checkpoint_dir")
+
+
+def _of_this_attempt(column: Any) -> Any:
     # the outer row named in plain SQL: SQLite renders RETURNING columns unqualified, and
     # an unqualified `id` inside this subquery would be the attempt's own id
-    select(ATTEMPTS.c.chips).where(ATTEMPTS.c.job_id == literal_column("jobs.id"),
-                                   ATTEMPTS.c.number == literal_column("jobs.attempt"))
-    .scalar_subquery().label("chips"))
+    return select(column).where(ATTEMPTS.c.job_id == literal_column("jobs.id"),
+                                ATTEMPTS.c.number == literal_column("jobs.attempt")) \
+        .scalar_subquery().label(column.name)
+
+
+START_COLUMNS = (*(JOBS.c[name] for name in RUN_FIELDS), _of_this_attempt(ATTEMPTS.c.chips),
+                 _of_this_attempt(ATTEMPTS.c.started_over))
 
 
 def start(s: Session, job_id: int, attempt: int, host: str, *, boot_id: str, log_path: str,
@@ -92,13 +110,15 @@ def _gated(stmt: Any, gate: ColumnElement[bool] | None) -> Any:
     return stmt if gate is None else stmt.where(gate)
 
 
-def _new_attempt(job_id: int, number: int, host: str, chips: Sequence[int]) -> Rider:
+def _new_attempt(job_id: int, number: int, host: str, chips: Sequence[int],
+                 started_over: str | None = None) -> Rider:
     cols: dict[str, Any] = {
         "job_id": bindparam("tq_a_job", type_=Integer),
         "number": bindparam("tq_a_number", type_=Integer),
         "host": bindparam("tq_a_host", type_=String),
         "chips": bindparam("tq_a_chips", type_=ATTEMPTS.c.chips.type),
-        "assigned_at": db_now()}
+        "assigned_at": db_now(),
+        "started_over": bindparam("tq_a_over", type_=Text)}
 
     def build(gate: ColumnElement[bool] | None) -> Any:
         if gate is None:
@@ -106,7 +126,8 @@ def _new_attempt(job_id: int, number: int, host: str, chips: Sequence[int]) -> R
         return insert(ATTEMPTS).from_select(list(cols), select(*cols.values()).where(gate))
 
     return Rider("new attempt", build, {"tq_a_job": job_id, "tq_a_number": number,
-                                        "tq_a_host": host, "tq_a_chips": list(chips)})
+                                        "tq_a_host": host, "tq_a_chips": list(chips),
+                                        "tq_a_over": started_over})
 
 
 def _book_chips(job_id: int, attempt: int, host: str, chips: Sequence[int]) -> Rider:
@@ -178,6 +199,14 @@ def renew(s: Session, job_id: int, attempt: int, host: str, lease_s: float) -> L
         .returning(JOBS.c.stop_request)
     ).first()
     return Lease(False) if row is None else Lease(True, row.stop_request)
+
+
+def checkpoint_seen(s: Session, job_id: int, attempt: int) -> None:
+    """The attempt's host-local checkpoint directory holds something (its agent saw it):
+    from now on the job waits for that host when it is requeued (scheduler/policy.py)."""
+    s.execute(update(JOBS).where(JOBS.c.id == job_id, JOBS.c.attempt == attempt,
+                                 JOBS.c.checkpoint_seen_at.is_(None))
+              .values(checkpoint_seen_at=db_now()))
 
 
 def record_progress(s: Session, job_id: int, attempt: int, step: int, at: float,

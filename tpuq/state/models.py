@@ -72,6 +72,9 @@ class Job(Base):
     # one host's disk only, that host (a slice job's: its slice); set with each assignment
     checkpoint_dir: Mapped[str | None] = mapped_column(Text)
     checkpoint_host: Mapped[str | None] = mapped_column(String(128))
+    # when its host's agent first saw that directory hold something (host-local only):
+    # a job whose checkpoints are nothing yet waits for no host
+    checkpoint_seen_at: Mapped[float | None] = mapped_column(Double)
     submitted_at: Mapped[float] = mapped_column(Double)
     updated_at: Mapped[float] = mapped_column(Double)
     ended_at: Mapped[float | None] = mapped_column(Double)
