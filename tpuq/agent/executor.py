@@ -18,10 +18,11 @@ from typing import Any
 
 from tpuq import jobenv
 from tpuq.agent import cleanup, devices, holders, libtpu, outcome
+from tpuq.agent.attempt import AttemptSpec
 from tpuq.agent.chiplocks import lock_paths
 from tpuq.agent.devwatch import DeviceWatch
 from tpuq.agent.keepers import KeeperLink, KeeperServer, clock
-from tpuq.agent.supervisor import AttemptSpec, Supervisor
+from tpuq.agent.supervisor import Supervisor
 from tpuq.agent.workdirs import WorkDirs
 from tpuq.settings import Settings
 from tpuq.spec import SpecError, check_runnable

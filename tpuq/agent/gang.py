@@ -30,9 +30,10 @@ import time
 from typing import Any, Protocol
 
 from tpuq.agent import outcome
+from tpuq.agent.attempt import AttemptSpec
 from tpuq.agent.keepers import clock
 from tpuq.agent.outcome import Progress
-from tpuq.agent.supervisor import AttemptSpec, HostContext, Supervisor
+from tpuq.agent.supervisor import HostContext, Supervisor
 from tpuq.state import attempts, gangs, hosts
 from tpuq.state.attempts import Ending
 from tpuq.state.outage import is_outage

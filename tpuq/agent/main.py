@@ -17,7 +17,7 @@ import uuid
 from typing import Any
 
 from tpuq import checkpoints, localclient
-from tpuq.agent import devices, identity, libtpu, pidlock, recovery, topology
+from tpuq.agent import devices, handover, identity, libtpu, pidlock, recovery, topology
 from tpuq.agent.errors import AgentError
 from tpuq.agent.executor import Executor
 from tpuq.agent.localapi import LocalApi
@@ -384,50 +384,10 @@ class Agent:
         return 0
 
     def _hand_over(self) -> None:
-        """Leave every running job with its keeper (which keeps fencing it on its lease)
-        and go: the next agent adopts them. An upgrade costs the jobs nothing.
-
-        The jobs' leases are extended to TPUQ_HANDOVER_S, in the database and in their
-        keepers, once no supervisor renews them any more: they wait that long for a new
-        agent, then their keepers stop them and they are requeued. The host is marked
-        stopped (handed over) meanwhile: it gets no new work until an agent is back."""
-        sups = self.executor.supervisors()
-        log.info("handing over: %d job(s) stay with their keepers for the next agent, "
-                 "for up to %gs", len(sups), self.settings.handover_s)
-        self.executor.accepting = False
-        for sup in sups:
-            sup.detach()
-        self.executor.wait_idle(timeout=10.0)
-        handed = [sup.spec for sup in sups if sup.handed_over and sup.spec.gang is None]
-        try:
-            with self.db.write() as s:
-                self.held.stopped(s, self.settings.handover_s)
-        except Exception as e:  # noqa: BLE001 - the jobs keep their ordinary leases
-            log.warning("could not mark the host handed over: %s", str(e).splitlines()[0])
-        for spec in handed:
-            self._extend_for_handover(spec)
+        """Leave every running job with its keeper and go: the next agent adopts them
+        (handover.py). An upgrade costs the jobs nothing."""
+        handover.hand_over(self.executor, self.held, self.settings.handover_s)
         self.shutdown()
-
-    def _extend_for_handover(self, spec: Any) -> None:
-        """One handed-over job's lease, TPUQ_HANDOVER_S from now: the database first, then
-        its keeper (from a time taken before the database's, so the keeper's is shorter)."""
-        from tpuq.agent import keepers
-
-        asked = keepers.clock()
-        try:
-            with self.db.write() as s:
-                lease = attempts.renew(s, spec.job_id, spec.attempt, self.name,
-                                       self.settings.handover_s)
-        except Exception as e:  # noqa: BLE001 - its keeper keeps the ordinary lease
-            log.warning("job %s: lease not extended for the hand-over: %s", spec.job_id,
-                        str(e).splitlines()[0])
-            return
-        found = keepers.adopt(self.executor.keepers.run_dir, spec.job_id, spec.attempt) \
-            if lease.held else None
-        if found is not None:
-            link, _ = found
-            link.send(op="lease", until=asked + self.settings.handover_s)
-            link.close()
 
     def shutdown(self) -> None:
         if self.worker is not None:

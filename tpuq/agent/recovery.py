@@ -19,8 +19,8 @@ import time
 from typing import Any
 
 from tpuq.agent import holders, keepers, libtpu, outcome
+from tpuq.agent.attempt import AttemptSpec
 from tpuq.agent.executor import Executor
-from tpuq.agent.supervisor import AttemptSpec
 from tpuq.state import attempts, gangs, queries
 from tpuq.state.attempts import Ending
 from tpuq.state.states import Outcome
