@@ -17,6 +17,7 @@ compare-and-set on each job's attempt): leadership is for efficiency, not for sa
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -52,10 +53,11 @@ def views(snap: snapshot.Snapshot, checkpoint_wait_s: float = 0.0
                            not_before=r.not_before, depends_on=snap.unmet.get(r.id, ()),
                            est_hours=(r.time_limit_s or 0.0) / 3600.0,
                            time_limit_s=r.time_limit_s, array_id=r.array_id,
-                           array_throttle=r.array_throttle, workers=r.workers,
-                           home=_home(r), home_until=_home_until(
-                               snap, r.id, _home(r), checkpoint_wait_s))
+                           array_throttle=r.array_throttle, workers=r.workers)
             for r in snap.queued]
+    if snap.left_home:  # the few whose checkpoints are on one host's disk: they prefer it
+        jobs = [_homed(j, snap.left_home[j.id], r, checkpoint_wait_s)
+                if j.id in snap.left_home else j for j, r in zip(jobs, snap.queued)]
     hosts = [policy.HostView(name=name, tpu_type=tpu_type, chips=chips,
                              free=frozenset(chips) - snap.used.get(name, set()),
                              schedulable=why is None, out_of_service=why or "",
@@ -69,18 +71,11 @@ def views(snap: snapshot.Snapshot, checkpoint_wait_s: float = 0.0
     return jobs, hosts, {t: team_view(snap, t) for t in names}
 
 
-def _home(r: Any) -> str | None:
-    """The host a queued job's checkpoints are on, when they are on one host's disk and
-    its agent saw them hold something (an empty directory is nothing to wait for)."""
-    return r.checkpoint_host if r.checkpoint_seen_at is not None else None
-
-
-def _home_until(snap: snapshot.Snapshot, job_id: int, home: str | None,
-                wait_s: float) -> float | None:
-    if home is None:
-        return None
-    left = snap.left_home.get(job_id)
-    return None if left is None else left + wait_s
+def _homed(job: policy.JobView, left: float, row: Any, wait_s: float) -> policy.JobView:
+    """A queued job whose checkpoints are on one host's disk, seen to hold something
+    (snapshot.left_home): it prefers that host, and waits for it `wait_s` from the end
+    of its last attempt (`left`)."""
+    return dataclasses.replace(job, home=row.checkpoint_host, home_until=left + wait_s)
 
 
 def team_view(snap: snapshot.Snapshot, name: str) -> policy.TeamView:
