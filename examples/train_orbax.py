@@ -45,17 +45,18 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--ckpt-every", type=int, default=10)
     p.add_argument("--step-delay", type=float, default=0.0, help="seconds to sleep per step")
     p.add_argument("--out", type=Path, help="write the final params' sha256 here")
-    p.add_argument("--ckpt-dir", type=Path,
-                   default=Path(os.environ.get("TPUQ_CHECKPOINT_DIR") or "ckpt"))
+    p.add_argument("--ckpt-dir", default=os.environ.get("TPUQ_CHECKPOINT_DIR") or "ckpt",
+                   help="a directory, or a gs:// URL (Orbax writes buckets itself)")
     p.add_argument("--coord-port", type=int,
                    default=int(os.environ.get("COORD_PORT") or 0) or None)
     return p.parse_args()
 
 
-def make_manager(ckpt_dir: Path, every: int) -> ocp.CheckpointManager:
+def make_manager(ckpt_dir: str, every: int) -> ocp.CheckpointManager:
     options = ocp.CheckpointManagerOptions(save_interval_steps=every, max_to_keep=3)
-    # Orbax wants an absolute path.
-    return ocp.CheckpointManager(ckpt_dir.resolve(), options=options)
+    # Orbax wants an absolute path, or a bucket URL as it is (a Path would mangle gs://)
+    where = ckpt_dir if ckpt_dir.startswith("gs://") else Path(ckpt_dir).resolve()
+    return ocp.CheckpointManager(where, options=options)
 
 
 def restore_latest(mngr: ocp.CheckpointManager, state: dict[str, Any]) -> tuple[Any, int]:

@@ -127,6 +127,28 @@ class Stack:
                 found.append(int(name))
         return found
 
+    def leftovers(self, jobs: tuple[str, ...] = ()) -> list[str]:
+        """Processes of this test that have no reason to be alive: a keeper server whose
+        agent is not running, more spares than a live server keeps, a keeper of an
+        attempt that is over (call this once every job ended), a job's process (one
+        whose command line holds every string of `jobs`)."""
+        from tpuq.agent.keeper import SPARES
+
+        procs = _processes()
+        agents = {a.pid for a in self.agents if a.proc is not None and a.proc.poll() is None}
+        keepers = [p for p in self.keepers() if p in procs]
+        servers = {p for p in keepers if procs[p][0] in agents}
+        parents = {ppid for ppid, _ in procs.values()}
+        spares = [p for p in keepers if procs[p][0] in servers and p not in parents]
+        allowed = servers | {p for srv in servers
+                             for p in [q for q in spares if procs[q][0] == srv][:SPARES]}
+        bad = [f"keeper {p} (parent {procs[p][0]}): {procs[p][1]!r}" for p in keepers
+               if p not in allowed]
+        if jobs:
+            bad += [f"job process {pid}: {cmd!r}" for pid, (_, cmd) in procs.items()
+                    if all(j.encode() in cmd for j in jobs)]
+        return bad
+
     def kill_keepers(self, host: FakeHost | None = None) -> None:
         """As a host's death or reboot would (every keeper of this test, by default)."""
         for pid in self.keepers(host):
@@ -247,6 +269,22 @@ class Stack:
                     pass
         if hasattr(self, "_db"):
             self._db.dispose()
+
+
+def _processes() -> dict[int, tuple[int, bytes]]:
+    """pid -> (parent pid, command line) of every process alive (zombies left out)."""
+    found = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
+            fields = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z":
+            found[int(name)] = (int(fields[1]), cmdline.replace(b"\0", b" "))
+    return found
 
 
 class AgentProc:

@@ -25,6 +25,7 @@ Leaf modules, stdlib only, used by every layer:
 - `arrays.py`      job arrays: the `--array` syntax, one spec per task
 - `shapes.py`      which chip counts a host offers, and libtpu's bounds for each
 - `jobenv.py`      the environment a job sees: every variable tpuq sets or removes
+- `checkpoints.py` where a job's checkpoints live (a shared root, or one host's disk)
 - `protocol.py`    the agent socket's typed requests and replies
 - `localclient.py` the client side of that socket
 - `users.py`       uid -> user name

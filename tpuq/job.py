@@ -32,6 +32,7 @@ from typing import Any, NoReturn
 
 __all__ = [
     "EX_TEMPFAIL",
+    "CheckpointURL",
     "attempt",
     "checkpoint_dir",
     "checkpointed",
@@ -52,18 +53,43 @@ _declined = False  # JAX's preemption service owns the signal; do not retry or r
 _previous: Any = None
 
 
-def checkpoint_dir() -> Path:
+# bucket URLs a checkpoint directory may be (tpuq/checkpoints.py URL_SCHEMES: a test
+# checks they agree; this module spells them itself to stay import-light)
+URL_SCHEMES = ("gs://",)
+
+
+class CheckpointURL(str):
+    """A checkpoint directory in a bucket (``gs://...``, a deployment's shared root).
+
+    A ``str``: pass it to Orbax, TensorStore or gcsfs as is, which write buckets
+    natively (``pathlib.Path`` would turn ``gs://b`` into ``gs:/b``). ``/`` joins as on
+    a path: ``job.checkpoint_dir() / "params"``.
+    """
+
+    def __truediv__(self, other: object) -> CheckpointURL:
+        return CheckpointURL(self.rstrip("/") + "/" + str(other).lstrip("/"))
+
+
+def checkpoint_dir() -> Path | CheckpointURL:
     """The job's checkpoint directory, the same for every attempt; created if missing.
 
+    With a deployment-wide checkpoint root (an NFS mount, or a bucket) it is the same on
+    every host, so a job resumes wherever it runs next. A bucket URL is returned as a
+    :class:`CheckpointURL` and nothing is created (the writer makes its objects).
     Outside tpuq (``TPUQ_CHECKPOINT_DIR`` unset) this is ``./checkpoints``.
     """
-    path = Path(os.environ.get("TPUQ_CHECKPOINT_DIR") or "checkpoints")
+    raw = os.environ.get("TPUQ_CHECKPOINT_DIR") or "checkpoints"
+    if raw.startswith(URL_SCHEMES):
+        return CheckpointURL(raw)
+    path = Path(raw)
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
 def resumed() -> bool:
-    """True when tpuq runs this job again after an earlier attempt (``TPUQ_RESUMED=1``)."""
+    """True when tpuq runs this job again after an earlier attempt, with that attempt's
+    checkpoint directory (``TPUQ_RESUMED=1``); False for a first attempt, and for one
+    that starts over because the earlier checkpoints are on a host it cannot reach."""
     return os.environ.get("TPUQ_RESUMED") == "1"
 
 

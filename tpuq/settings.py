@@ -85,6 +85,10 @@ ENV: dict[str, str] = {
     "web_secret": "TPUQ_WEB_SECRET",
     "web_session_h": "TPUQ_WEB_SESSION_H",
     "web_metrics_token": "TPUQ_WEB_METRICS_TOKEN",
+    "checkpoint_root": "TPUQ_CHECKPOINT_ROOT",
+    "checkpoint_wait_s": "TPUQ_CHECKPOINT_WAIT_S",
+    "gang_stop_s": "TPUQ_GANG_STOP_S",
+    "handover_s": "TPUQ_HANDOVER_S",
 }
 CONFIG_ENV = "TPUQ_CONFIG"
 # settings that take one of a few words
@@ -209,6 +213,19 @@ class Settings:
     web_secret: str = ""
     web_session_h: float = 12.0
     web_metrics_token: str = ""
+    # where every host keeps job checkpoints: a shared path (an NFS mount, the same on
+    # every host) or a gs:// URL, making TPUQ_CHECKPOINT_DIR the same for every attempt
+    # on every host; empty = under each host's own TPUQ_HOME (docs/checkpoints.md)
+    checkpoint_root: str = ""
+    # host-local checkpoints: a requeued job waits this long for the host holding them
+    # (while it is expected back) before it starts over elsewhere
+    checkpoint_wait_s: float = 600.0
+    # a slice job's workers get this long between the stop signal and SIGKILL when a
+    # worker was lost or failed (no collective save can complete without it); a notice,
+    # cancel or time limit gives them the job's full grace
+    gang_stop_s: float = 5.0
+    # a hand-over (SIGUSR2): running jobs wait this long for a new agent to adopt them
+    handover_s: float = 300.0
 
     # ---- derived -------------------------------------------------------------------
     @property
@@ -370,7 +387,7 @@ def check(s: Settings) -> str | None:
     for name in ("default_grace_s", "retry_backoff_s", "maintenance_lead_s",
                  "notify_preempts", "notify_retry_s", "host_error_retries", "chip_release_s",
                  "devwatch_trust_s", "log_budget_bytes", "log_stream_budget_bytes",
-                 "disk_min_free_bytes"):
+                 "disk_min_free_bytes", "checkpoint_wait_s", "gang_stop_s", "handover_s"):
         if getattr(s, name) < 0:
             return f"{ENV[name]} cannot be negative, got {getattr(s, name):g}"
     if s.heartbeat_s >= s.lease_s:
@@ -388,6 +405,11 @@ def check(s: Settings) -> str | None:
             return f"{ENV['notify_allow']}: {e}"
     if not 0 <= s.web_port <= 65535:
         return f"{ENV['web_port']} must be between 0 and 65535, got {s.web_port}"
+    from tpuq.checkpoints import check_root
+
+    bad_root = check_root(s.checkpoint_root)
+    if bad_root:
+        return f"{ENV['checkpoint_root']}: {bad_root}"
     if not 1024 <= s.port_base <= 65535 - 64:
         return f"{ENV['port_base']} must be between 1024 and {65535 - 64}, got {s.port_base}"
     return None

@@ -9,7 +9,10 @@ embedded deployment runs one 4-chip host; the team deployment two.
 After each run, from the jobs' own records (tests/records.py): no two processes of one
 job were ever alive at once, no chip of a host was used by two jobs at once, every job
 succeeded, and a job that finished its work is recorded as finished once (never run
-again, unless the run itself killed that process).
+again, unless the run itself killed that process). And nothing is left behind: no job
+process, no keeper of an attempt that is over, no keeper server or spare but the live
+agents' own (Stack.leftovers); once every agent is stopped at the end, no process of
+tpuq's at all.
 
 TPUQ_FAULT_RUNS sets the number of runs per deployment (default 12, what CI runs);
 TPUQ_FAULT_SEED the base seed (default fixed, so CI runs the same batch every time;
@@ -31,7 +34,7 @@ import pytest
 
 from tests import records
 from tests.e2e.conftest import fault_runs
-from tests.harness import FIXTURES, AgentProc, FakeHost, Stack
+from tests.harness import FIXTURES, AgentProc, FakeHost, Stack, wait_for
 from tests.services import TcpProxy
 from tpuq import localclient
 from tpuq.agent.holders import is_same_process
@@ -226,7 +229,27 @@ class Chaos:
             if agent.proc is None or agent.proc.poll() is not None:
                 agent.start()
         self.check(ids, final, out)
+        self.nothing_left()
         return done
+
+    def nothing_left(self) -> None:
+        """Every job of every run is over: only the live agents' keeper servers and
+        spares may be alive (a keeper collected, or recording its end, exits within a
+        second or two)."""
+        jobs = (str(FIXTURES / "fault_job.py"), str(self.tmp))
+        left: list[str] = []
+
+        def clean() -> bool:
+            left[:] = self.stack.leftovers(jobs)
+            return not left
+
+        wait_for(clean, 30, "nothing left behind", on_timeout=lambda: "\n".join(left))
+
+    def stop_all(self) -> None:
+        """Every agent stopped (SIGTERM): then no process of tpuq's is left at all."""
+        for agent in self.live_agents():
+            agent.stop(timeout=60)
+        self.nothing_left()
 
     def check(self, ids: list[int], final: list[Job], out: Path) -> None:
         bad = [(j.id, j.state, j.reason) for j in final if j.state != "succeeded"]
@@ -270,6 +293,7 @@ def test_randomized_faults_never_run_a_job_twice_lose_it_or_rerun_what_finished(
                     f"fault run {i} failed; reproduce with TPUQ_FAULT_SEED={seed} "
                     f"TPUQ_FAULT_RUNS=1 (base seed {base}); faults so far: {chaos.log}\n"
                     f"{e}\n{stack.diagnose()}") from None
+        chaos.stop_all()
         report(deployment, runs, base, chaos, time.monotonic() - began)
     finally:
         chaos.stop()

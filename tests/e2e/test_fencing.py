@@ -165,18 +165,16 @@ def test_sigusr2_hands_running_jobs_to_the_next_agent(stack, host, tmp_path):
     """An upgrade: the old agent leaves at once on SIGUSR2; its job runs on under its
     keeper, and the new agent adopts it. One attempt, never interrupted.
 
-    The hand-over must end within the job's lease (its keeper stops a job whose agent
-    is gone longer): a lease of 15 s, not the harness's 3 s, lets a new agent start on a
-    loaded machine."""
-    lease = {"TPUQ_LEASE_S": "15"}
-    agent = stack.start_agent(host, **lease)
+    The job waits TPUQ_HANDOVER_S (300 s) for the new agent, not its lease (the
+    harness's 3 s, less than an agent takes to start on a loaded machine)."""
+    agent = stack.start_agent(host)
     out, gate = tmp_path / "record.txt", tmp_path / "gate"
     job_id = stack.submit(*fixture_cmd("record.py", out, gate))
     running = stack.wait_process(job_id)
     agent.proc.send_signal(signal.SIGUSR2)
     assert agent.proc.wait(30) == 0
     assert is_same_process(running.pid, running.proc_start)
-    new = stack.start_agent(host, **lease)
+    new = stack.start_agent(host)
     wait_for(lambda: "adopted from its keeper" in new.log_since_start(), 15,
              "the new agent to adopt the job", on_timeout=new.log_since_start)
     gate.touch()

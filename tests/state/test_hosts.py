@@ -76,3 +76,36 @@ def test_forget_removes_only_a_host_that_is_gone(db):
         assert hosts.get(s, "h") is None
         assert not hosts.forget(s, "h", stale_s=30)
         assert not held.heartbeat(s), "a forgotten host's agent learns it on its next beat"
+
+
+def test_a_host_that_stopped_renewing_gets_no_work_until_it_beats_again(db):
+    from tpuq.state import queries
+
+    with db.write() as s:
+        held = register_host(s, "h", machine="vm-1", home="/srv/a")
+        hosts.mark_lost(s, ["h"])
+    with db.read() as s:
+        row, now = hosts.get(s, "h"), queries.now(s)
+        assert hosts.out_of_service(row, now, stale_s=3600, min_code=None) == \
+            "lost: its leases ran out; no work until it is heard from"
+    with db.write() as s:
+        assert held.heartbeat(s)
+    with db.read() as s:
+        assert hosts.out_of_service(hosts.get(s, "h"), queries.now(s), stale_s=3600, min_code=None) is None
+
+
+def test_a_handed_over_host_takes_no_work_until_a_new_agent_registers(db):
+    from tpuq.state import queries
+
+    with db.write() as s:
+        held = register_host(s, "h", machine="vm-1", home="/srv/a")
+        held.stopped(s, handover_s=300)
+    with db.read() as s:
+        assert hosts.out_of_service(hosts.get(s, "h"), queries.now(s), 3600, None) == \
+            "handed over: its jobs wait for a new agent"
+    with db.write() as s:
+        register_host(s, "h", machine="vm-1", home="/srv/a")
+    with db.read() as s:
+        row = hosts.get(s, "h")
+        assert row.handover_until is None and row.stopped_at is None
+        assert hosts.out_of_service(row, queries.now(s), 3600, None) is None

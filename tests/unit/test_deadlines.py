@@ -84,3 +84,21 @@ def test_no_deadline_is_ever_in_the_past_after_acting(limit: float | None) -> No
 def test_an_adopted_attempt_keeps_the_time_it_has_run() -> None:
     d = deadlines(time_limit_s=30.0, ran_s=25.0)
     assert d.limit_at() == 105.0 and d.next_deadline() == 105.0
+
+
+def test_a_gang_leader_watches_its_workers_between_renewals() -> None:
+    d = deadlines(watch_every_s=1.0)
+    assert d.wait_s(100.0) == 1.0
+    assert d.due(101.0, woken=False, kill_now=False) == Due(watch=True)
+    assert d.due(101.5, woken=False, kill_now=False) == Due()
+    assert d.due(102.0, woken=False, kill_now=False) == Due(watch=True)
+    assert d.due(110.0, woken=False, kill_now=False) == Due(renew=True), "a renewal watches too"
+    assert d.next_deadline() == 111.0
+    assert deadlines().due(101.0, woken=False, kill_now=False) == Due(), "others never watch"
+
+
+def test_a_short_stop_kills_after_its_own_grace_not_the_jobs() -> None:
+    d = deadlines(grace_s=600.0)
+    d.signalled(100.0, 5.0)
+    assert d.wait_s(100.0) == 5.0
+    assert d.due(105.0, woken=False, kill_now=False).kill is True

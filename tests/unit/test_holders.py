@@ -172,7 +172,7 @@ def test_attempt_processes_are_found_by_host_and_state_dir_not_by_devices(
     marked("tpu-b", "/srv/tpuq/checkpoints/7")  # another host name
     marked("tpu-a", "/home/me/.local/share/tpuq/checkpoints/7")  # another deployment
     marked("tpu-a", "/srv/tpuq/checkpoints-old/7")  # a sibling, not inside
-    found = find_attempt_processes("tpu-a", "/srv/tpuq/checkpoints")
+    found = find_attempt_processes("tpu-a", ["/srv/tpuq/checkpoints"])
     assert [p.pid for p in found] == [ours]
 
 

@@ -107,3 +107,22 @@ def test_the_job_helper_reads_exactly_the_contract_s_variables() -> None:
     from tpuq.agent import exits
 
     assert exits.EX_TEMPFAIL is job.EX_TEMPFAIL
+
+
+def test_a_bucket_checkpoint_dir_is_passed_through_as_is(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gs:// root (Orbax writes it natively): the URL as given, joined with `/` as a
+    path would be, and nothing made on the local disk."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TPUQ_CHECKPOINT_DIR", "gs://team-bucket/tpuq/0a1b2c3d4e5f/12")
+    d = job.checkpoint_dir()
+    assert d == "gs://team-bucket/tpuq/0a1b2c3d4e5f/12" and isinstance(d, str)
+    assert d / "params" == "gs://team-bucket/tpuq/0a1b2c3d4e5f/12/params"
+    assert os.path.join(d, "state") == "gs://team-bucket/tpuq/0a1b2c3d4e5f/12/state"
+    assert list(tmp_path.iterdir()) == [], "no local directory named gs:"
+
+
+def test_the_job_helper_knows_the_url_schemes_tpuq_passes_through() -> None:
+    from tpuq import checkpoints
+
+    assert job.URL_SCHEMES == checkpoints.URL_SCHEMES

@@ -163,3 +163,59 @@ def test_a_chip_locked_by_someone_else_is_a_host_error(server, tmp_path):
         assert "chip0.lock is locked by another process" in first["error"]
     finally:
         os.close(fd)
+
+
+def _children(pid: int) -> list[int]:
+    """Processes whose parent is `pid` (from /proc/<pid>/stat: field 4 is the ppid)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{name}/stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_the_keeper_server_and_its_spares_exit_when_their_agent_is_killed(tmp_path):
+    """An agent killed with -9 leaves no keeper server or spare behind (they served it
+    alone); a keeper that holds a job is not one of them and is not affected."""
+    import subprocess
+
+    agent = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time\n"
+         "from tpuq.agent.keepers import KeeperServer\n"
+         "s = KeeperServer(sys.argv[1]).start()\n"
+         "print(s.proc.pid, flush=True)\n"
+         "time.sleep(600)\n", str(tmp_path / "run")],
+        stdout=subprocess.PIPE, text=True)
+    server, spares = 0, []
+    try:
+        assert agent.stdout is not None
+        server = int(agent.stdout.readline())
+        spares = wait_for(lambda: len(_children(server)) >= 2 and _children(server), 30,
+                          "the server to fork its spares")
+        agent.kill()
+        agent.wait(10)
+        wait_for(lambda: not any(_alive(p) for p in (server, *spares)), 30,
+                 "the server and its spares to exit")
+    finally:
+        for pid in (agent.pid, server, *spares):
+            if not pid:
+                continue
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

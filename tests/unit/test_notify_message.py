@@ -69,3 +69,12 @@ def test_notify_fields_are_stored_in_one_form(events: str | None, urls: str | No
 def test_bad_notify_fields_are_one_line(events: object, urls: object, says: str) -> None:
     with pytest.raises(SpecError, match=says):
         notify_fields(events, urls)
+
+
+def test_an_attempt_that_starts_over_says_why_in_the_words_of_its_moment() -> None:
+    why = "checkpoint on tpu-b not reachable from tpu-a: starting over"
+    said = message(row(event="restarted", detail=why, state="running"), preempts=3)
+    assert said is not None and said.kind == "warning"
+    assert said.title == "tpuq: job 12 train.py starts over"
+    assert said.body.splitlines()[:2] == [f"job 12 (train.py) starts over: {why}.",
+                                          "it is now running."]

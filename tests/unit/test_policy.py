@@ -302,3 +302,43 @@ def test_a_job_only_out_of_service_hosts_could_take_says_which_and_why() -> None
     # one host in service, busy: the job waits for chips, not for a host
     p = plan([job(1)], [*hosts, host("d", free=set())], {}, NOW)
     assert p.waiting[1] == "waiting for 1 free chip"
+
+
+# --- a job whose checkpoints are on one host's disk --------------------------------------
+
+
+def test_a_job_goes_back_to_the_host_holding_its_checkpoints() -> None:
+    """Best fit would pick the fuller host; the one with the checkpoints wins."""
+    hosts = [host("a", free={1, 2, 3}), host("b")]
+    p = plan([job(1, home="b", home_until=NOW + 60)], hosts, {}, NOW)
+    assert [(x.job_id, x.host) for x in p.assignments] == [(1, "b")]
+    p = plan([job(1)], hosts, {}, NOW)
+    assert [(x.job_id, x.host) for x in p.assignments] == [(1, "a")], "best fit otherwise"
+
+
+def test_it_waits_for_that_host_while_it_is_expected_back_then_goes_elsewhere() -> None:
+    down = host("b", schedulable=False, out_of_service="lost: its leases ran out")
+    waiting = job(1, home="b", home_until=NOW + 60)
+    p = plan([waiting], [host("a"), down], {}, NOW)
+    assert not p.assignments
+    assert p.waiting[1].startswith("waiting for b, which holds its checkpoints (until ")
+    p = plan([waiting], [host("a"), down], {}, NOW + 61)
+    assert [(x.job_id, x.host) for x in p.assignments] == [(1, "a")], "the wait is bounded"
+    busy = host("b", free=set())
+    p = plan([waiting], [host("a"), busy], {}, NOW)
+    assert not p.assignments, "its host is up but full: it waits for chips there"
+
+
+def test_a_host_that_is_gone_or_draining_is_not_waited_for() -> None:
+    waiting = job(1, home="b", home_until=NOW + 60)
+    p = plan([waiting], [host("a")], {}, NOW)
+    assert [x.host for x in p.assignments] == ["a"], "forgotten: nothing to wait for"
+    draining = host("b", schedulable=False, out_of_service="draining", draining=True)
+    p = plan([waiting], [host("a"), draining], {}, NOW)
+    assert [x.host for x in p.assignments] == ["a"]
+
+
+def test_waiting_for_its_host_leaves_the_others_to_the_rest() -> None:
+    down = host("b", schedulable=False, out_of_service="lost")
+    p = plan([job(1, home="b", home_until=NOW + 60), job(2)], [host("a"), down], {}, NOW)
+    assert [(x.job_id, x.host) for x in p.assignments] == [(2, "a")]

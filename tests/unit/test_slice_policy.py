@@ -94,6 +94,52 @@ def test_a_lost_worker_requeues_the_gang_uncharged() -> None:
     assert end is not None and end.outcome is Outcome.LOST
 
 
+def test_a_worker_whose_host_fell_silent_first_is_the_cause_though_the_others_ended_first(
+        ) -> None:
+    """Its keeper's stop signal let JAX's preemption service save the gang and exit 75
+    before the loss was known: the loss, which came first, is what stopped it."""
+    ms = [m(0, outcome="requeued", code=75, at=9.5), m(1, outcome="requeued", code=75, at=9.6),
+          Member(2, "h2", "running", None, False, None, None, None, None, True, 7.0),
+          m(3, outcome="requeued", code=75, at=9.5)]
+    end = gang_ending(ms)
+    assert end is not None and end.outcome is Outcome.LOST and "worker 2 (h2) lost" in end.reason
+    ms[2] = Member(2, "h2", "running", None, False, None, None, None, None, True, 9.9)
+    end = gang_ending(ms)
+    assert end is not None and end.outcome is Outcome.REQUEUED, "the exits came first"
+
+
+def test_a_loss_or_a_failure_breaks_the_gang_an_exit_75_does_not() -> None:
+    from tpuq.state.gangs import breaks_the_gang
+
+    assert breaks_the_gang(m(1, state="running", outcome=None, lost=True))
+    assert breaks_the_gang(m(1, outcome="failed", code=3))
+    assert breaks_the_gang(m(1, outcome="host_error"))
+    assert not breaks_the_gang(m(1, outcome="requeued", code=75))
+    assert not breaks_the_gang(m(1, outcome="preempted"))
+
+
+def test_a_workers_row_says_why_tpuq_stopped_it() -> None:
+    from types import SimpleNamespace
+
+    from tpuq.state.attempts import Ending
+    from tpuq.state.gangs import worker_ending
+
+    killed = Ending(Outcome.FAILED, "killed by signal 9 (SIGKILL)", None, 9)
+    gang = SimpleNamespace(attempt=1, state="preempting", stop_request="broken",
+                           reason="worker 2 (h2) lost its agent: stopping the gang")
+    end = worker_ending(gang, 1, killed)
+    assert end.outcome is Outcome.PREEMPTED and end.exit_signal == 9
+    assert end.reason.startswith("stopped with the gang (worker 2 (h2) lost its agent")
+    over = SimpleNamespace(attempt=2, state="queued", stop_request=None, reason="")
+    assert worker_ending(over, 1, killed).reason.startswith("stopped: the attempt had ended")
+    cancel = SimpleNamespace(attempt=1, state="preempting", stop_request="cancel", reason="x")
+    assert worker_ending(cancel, 1, killed).outcome is Outcome.CANCELLED
+    own = Ending(Outcome.FAILED, "exit 3", 3, untouched=True)
+    assert worker_ending(gang, 1, own) is own, "its own end is its own"
+    fenced = Ending(Outcome.LOST, "stopped by its keeper")
+    assert worker_ending(gang, 1, fenced) is fenced
+
+
 def test_seat_from_settings_or_metadata() -> None:
     s = Settings(slice_name="pod-a", slice_worker=2, slice_type="v4-32")
     assert seat_of(s, None) == Seat("pod-a", 2, "v4-32")
@@ -133,3 +179,15 @@ def test_a_multislice_node_is_found_by_megascale_in_tpu_env() -> None:
     assert multislice_coordinator({"tpu_env": env}) == "localhost"
     assert multislice_coordinator({"tpu_env": "NODE_ID: 'n'\n"}) is None
     assert multislice_coordinator(None) is None
+
+
+def test_a_slice_job_goes_back_to_the_slice_holding_its_checkpoints() -> None:
+    hosts = [worker(i, "pod-a") for i in range(4)] + [worker(i, "pod-b") for i in range(4)]
+    p = plan([job(1, home="pod-b", home_until=200.0)], hosts, {}, now=100.0)
+    assert [a.host for a in p.assignments] == ["pod-b"]
+    down = [worker(i, "pod-a") for i in range(4)] + \
+        [worker(0, "pod-b"), worker(1, "pod-b", ok=False), worker(2, "pod-b"), worker(3, "pod-b")]
+    p = plan([job(1, home="pod-b", home_until=200.0)], down, {}, now=100.0)
+    assert not p.assignments and p.waiting[1].startswith("waiting for pod-b, which holds")
+    p = plan([job(1, home="pod-b", home_until=200.0)], down, {}, now=201.0)
+    assert [a.host for a in p.assignments] == ["pod-a"], "then it starts over elsewhere"

@@ -6,7 +6,9 @@
 - `errors.py`      AgentError: the agent cannot start, and why; HostUnfit (exit 78)
 - `recovery.py`    at start: requeue what this host owned, kill its orphans
 - `executor.py`    assigned attempts in, supervisors out; the TPU must be ours first
+- `attempt.py`     what the agent needs of one attempt to run it (AttemptSpec)
 - `supervisor.py`  one attempt, the agent's half: launch, lease, stop, outcome
+- `handover.py`    SIGUSR2: running jobs left to their keepers, waiting for a new agent
 - `gang.py`        one worker's task of a slice job: start barrier, gang stop, its end
 - `topology.py`    which multi-host slice this host is a worker of (settings, metadata)
 - `keeper.py`      one attempt's keeper: owns the job, outlives the agent, fences it

@@ -13,11 +13,13 @@ from enum import Enum
 
 @dataclass(frozen=True)
 class Due:
-    """What to do now, in this order: kill the group, ask for the time limit, renew."""
+    """What to do now, in this order: kill the group, ask for the time limit, renew,
+    watch (a slice job's worker 0 looks at the other workers)."""
 
     kill: bool = False
     ask_timeout: bool = False
     renew: bool = False
+    watch: bool = False
 
 
 class Verdict(Enum):
@@ -30,14 +32,18 @@ class AttemptDeadlines:
     """Deadlines of one running attempt (monotonic seconds)."""
 
     def __init__(self, *, now: float, renew_every_s: float, retry_every_s: float,
-                 time_limit_s: float | None, grace_s: float, ran_s: float = 0.0) -> None:
-        """`ran_s`: how long the attempt has run already (one an agent adopts)."""
+                 time_limit_s: float | None, grace_s: float, ran_s: float = 0.0,
+                 watch_every_s: float | None = None) -> None:
+        """`ran_s`: how long the attempt has run already (one an agent adopts);
+        `watch_every_s`: look at the other workers of a slice job this often."""
         self.started = now - ran_s
         self.renew_every_s = renew_every_s
         self.retry_every_s = retry_every_s
         self.time_limit_s = time_limit_s
         self.grace_s = grace_s
         self.next_renew = now + renew_every_s
+        self.watch_every_s = watch_every_s
+        self.next_watch = None if watch_every_s is None else now + watch_every_s
         self.kill_at: float | None = None  # end of the grace period after the stop signal
         self.signalled_at: float | None = None
 
@@ -48,7 +54,8 @@ class AttemptDeadlines:
         return self.started + self.time_limit_s
 
     def next_deadline(self) -> float:
-        return min(t for t in (self.next_renew, self.kill_at, self.limit_at()) if t is not None)
+        return min(t for t in (self.next_renew, self.kill_at, self.limit_at(), self.next_watch)
+                   if t is not None)
 
     def wait_s(self, now: float) -> float:
         return max(0.0, self.next_deadline() - now)
@@ -64,7 +71,10 @@ class AttemptDeadlines:
         renew = woken or ask_timeout or now >= self.next_renew
         if renew:
             self.next_renew = now + self.renew_every_s
-        return Due(kill=kill, ask_timeout=ask_timeout, renew=renew)
+        watch = self.next_watch is not None and now >= self.next_watch and not renew
+        if self.watch_every_s is not None and (watch or renew):
+            self.next_watch = now + self.watch_every_s  # a renewal watches too
+        return Due(kill=kill, ask_timeout=ask_timeout, renew=renew, watch=watch)
 
     def renewed(self, now: float, *, held: bool | None, stop_requested: bool) -> Verdict:
         """The renewal's result: `held` None while the database is unavailable."""
@@ -77,7 +87,8 @@ class AttemptDeadlines:
             return Verdict.SIGNAL
         return Verdict.RUN_ON
 
-    def signalled(self, now: float) -> None:
-        """The stop signal went out: SIGKILL follows after the grace period."""
+    def signalled(self, now: float, grace_s: float | None = None) -> None:
+        """The stop signal went out: SIGKILL follows after the grace period (`grace_s`,
+        when this stop gives another than the job's)."""
         self.signalled_at = now
-        self.kill_at = now + self.grace_s
+        self.kill_at = now + (self.grace_s if grace_s is None else grace_s)

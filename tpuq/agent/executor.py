@@ -18,10 +18,11 @@ from typing import Any
 
 from tpuq import jobenv
 from tpuq.agent import cleanup, devices, holders, libtpu, outcome
+from tpuq.agent.attempt import AttemptSpec
 from tpuq.agent.chiplocks import lock_paths
 from tpuq.agent.devwatch import DeviceWatch
 from tpuq.agent.keepers import KeeperLink, KeeperServer, clock
-from tpuq.agent.supervisor import AttemptSpec, Supervisor
+from tpuq.agent.supervisor import Supervisor
 from tpuq.agent.workdirs import WorkDirs
 from tpuq.settings import Settings
 from tpuq.spec import SpecError, check_runnable
@@ -60,7 +61,7 @@ class Executor:
         self.devwatch = DeviceWatch(self._device_paths(tuple(self.chips)),
                                     trust_s=settings.devwatch_trust_s)
         with db.read() as s:
-            self.dirs = WorkDirs(settings.logs_dir, settings.checkpoints_dir,
+            self.dirs = WorkDirs(settings.logs_dir, settings.home, settings.checkpoint_root,
                                  queries.instance_id(s))
         # per host name: fake hosts (and a team's agents in tests) may share a home
         self.keepers = KeeperServer(os.path.join(settings.home, "run", self.name))
@@ -69,11 +70,18 @@ class Executor:
     def log_path(self, job_id: int, attempt: int, worker: int | None = None) -> str:
         return self.dirs.log_path(job_id, attempt, worker)
 
-    def checkpoint_dir(self, job_id: int) -> str:
-        return self.dirs.checkpoint_dir(job_id)
+    def checkpoint_dir(self, spec: AttemptSpec) -> str:
+        return self.dirs.checkpoint_dir(spec.job_id, spec.checkpoint_dir)
 
-    def prepare_dirs(self, job_id: int, attempt: int) -> None:
-        self.dirs.make_checkpoint_dir(job_id, attempt)
+    def prepare_dirs(self, spec: AttemptSpec) -> None:
+        """The attempt's checkpoint directory; an attempt that starts over says why at
+        the top of its log (what `tpuq logs` shows first)."""
+        self.dirs.make_checkpoint_dir(spec.job_id, spec.attempt, spec.checkpoint_dir)
+        if spec.started_over:
+            path = self.log_path(spec.job_id, spec.attempt, spec.worker)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "ab") as f:
+                f.write(f"[tpuq: {spec.started_over}]\n".encode())
 
     @property
     def instance(self) -> str:
@@ -93,7 +101,7 @@ class Executor:
         whole_host = spec.gang is not None or len(spec.chips) == len(self.chips)
         return jobenv.build_env(
             base=self.base_env, job_env=spec.env, job_id=spec.job_id, attempt=spec.attempt,
-            host=self.name, checkpoint_dir=self.checkpoint_dir(spec.job_id),
+            host=self.name, checkpoint_dir=self.checkpoint_dir(spec),
             resumed=spec.resumed, chips=None if whole_host else list(spec.chips),
             host_chip_count=len(self.chips), port_base=self.settings.port_base,
             tcmalloc=spec.tcmalloc, tcmalloc_path=self.settings.tcmalloc_path,
@@ -253,7 +261,7 @@ class Executor:
         orphans, running, foreign = [], [], []
         for p in found:
             m = p.environ_marker
-            if not holders.started_here(m, self.name, self.settings.checkpoints_dir):
+            if not holders.started_here(m, self.name, self.dirs.marks):
                 foreign.append(p)
             elif (m["TPUQ_JOB_ID"], m.get("TPUQ_ATTEMPT", "")) in live:
                 running.append(p)

@@ -29,13 +29,15 @@ import select
 import time
 from typing import Any, Protocol
 
+from tpuq.agent import outcome
+from tpuq.agent.attempt import AttemptSpec
 from tpuq.agent.keepers import clock
 from tpuq.agent.outcome import Progress
-from tpuq.agent.supervisor import AttemptSpec, HostContext, Supervisor
+from tpuq.agent.supervisor import HostContext, Supervisor
 from tpuq.state import attempts, gangs, hosts
 from tpuq.state.attempts import Ending
 from tpuq.state.outage import is_outage
-from tpuq.state.states import JobState, Outcome
+from tpuq.state.states import JobState, Outcome, StopRequest
 
 log = logging.getLogger("tpuq.agent")
 POLL_S = 0.1  # the barrier and the end are awaited in the database, this often at most
@@ -84,7 +86,7 @@ class GangTask(Supervisor):
         if held is not None:
             return self._not_ready(held, busy=True)
         try:
-            self.ctx.prepare_dirs(spec.job_id, spec.attempt)
+            self.ctx.prepare_dirs(spec)
         except OSError as e:
             return self._not_ready(f"cannot make the job's directories: {e}")
         with db.write() as s:
@@ -202,37 +204,84 @@ class GangTask(Supervisor):
         return lease
 
     def _watch(self, s: Any) -> None:
-        """Worker 0: one worker's own end or loss stops the gang."""
-        ms = gangs.members(s, self.spec.job_id, self.spec.attempt, self._margin())
+        """Worker 0: one worker's own end or loss stops the gang. A loss or a failure
+        breaks it (no collective, a save included, can complete without that worker):
+        the others get a short stop; an exit 75 gives them their grace."""
+        ms = gangs.members(s, self.spec.job_id, self.spec.attempt, self._margin(),
+                           self.ctx.settings.lease_s)
         cause = gangs.first_cause(ms)
         if cause is not None and gangs.request_stop(s, self.spec.job_id, self.spec.attempt,
-                                                    gangs.stop_reason(cause)):
+                                                    gangs.stop_reason(cause),
+                                                    broken=gangs.breaks_the_gang(cause)):
             log.warning("job %s: %s", self.spec.job_id, gangs.stop_reason(cause))
             self.host.gang_news()
 
     def _margin(self) -> float:
-        """A worker's lease must be this long past before it counts as lost: by then its
-        keeper has stopped its process (the keeper's lease is the worker's, from the same
-        renewals, and the keeper acts on its own clock)."""
-        return self.spec.grace_s + 5.0
+        """A worker's lease must be this long past before it counts as lost. Its keeper
+        has stopped its process before the lease ran out (the keeper's lease is the
+        worker's, from the same renewals, counted from before each was sent); the margin
+        only covers two clocks that do not quite agree."""
+        return min(1.0, self.ctx.settings.lease_s / 10)
+
+    def _watch_every(self) -> float | None:
+        """Worker 0 looks for a lost or ended worker every second, not only at its
+        renewals (a third of a lease): the others learn of a loss within seconds."""
+        return min(1.0, self.ctx.settings.lease_s / 3) if self.leads else None
+
+    def _watch_now(self) -> None:
+        try:
+            with self.ctx.db.read() as s:
+                ms = gangs.members(s, self.spec.job_id, self.spec.attempt,
+                                   self._margin(), self.ctx.settings.lease_s)
+            if gangs.first_cause(ms) is None:
+                return
+            with self.ctx.db.write() as s:
+                self._watch(s)
+        except Exception as e:
+            if not is_outage(e):
+                raise  # the database is away: the next renewal or watch looks again
+
+    def _stop_grace(self, stop_request: str | None) -> float:
+        if stop_request == StopRequest.BROKEN.value:
+            return min(self.spec.grace_s, self.ctx.settings.gang_stop_s)
+        return self.spec.grace_s
+
+    def _fenced_end(self, ended: dict[str, Any]) -> None:
+        """The attempt ended without this worker (worker 0 or the reaper ended it) and
+        its process was stopped: the worker's row says so."""
+        spec = self.spec
+        end = outcome.ending_of(ended, self.log_path)
+
+        def record() -> Ending | None:
+            with self.ctx.db.write() as s:
+                return gangs.ended(s, spec.job_id, spec.attempt, self.worker, end)
+
+        recorded = self._write(record, "recording a worker's end of")
+        if self.link is not None:
+            self.link.send(op="collected")
+        log.info("job %s attempt %s worker %s: %s", spec.job_id, spec.attempt, self.worker,
+                 outcome.words(recorded or end))
 
     # ---- the end ----------------------------------------------------------------------
     def _finish(self, end: Ending) -> None:
         """This worker's end (the attempt's is worker 0's to record, `_conclude`)."""
         spec = self.spec
 
-        def record() -> None:
+        def record() -> Ending | None:
             with self.ctx.db.write() as s:
-                gangs.ended(s, spec.job_id, spec.attempt, self.worker, end)
+                recorded = gangs.ended(s, spec.job_id, spec.attempt, self.worker, end)
                 if end.untouched and end.outcome is not Outcome.SUCCEEDED:
                     gangs.request_stop(s, spec.job_id, spec.attempt,
                                        f"worker {self.worker} ({self.ctx.name}) ended "
-                                       f"({end.reason}): stopping the gang")
+                                       f"({end.reason}): stopping the gang",
+                                       broken=end.outcome not in (Outcome.REQUEUED,
+                                                                  Outcome.PREEMPTED))
+                return recorded
 
-        self._write(record, "recording a worker's end of")
+        recorded = self._write(record, "recording a worker's end of")
         self.ending = end
-        log.info("job %s attempt %s worker %s: %s: %s", spec.job_id, spec.attempt, self.worker,
-                 end.outcome.value, end.reason)
+        log.info("job %s attempt %s worker %s: %s", spec.job_id, spec.attempt, self.worker,
+                 outcome.words(recorded or end))
         self.host.gang_news()
         if self.leads:
             self._conclude()
@@ -244,9 +293,13 @@ class GangTask(Supervisor):
         while True:
             try:
                 with self.ctx.db.write() as s:
-                    ms = gangs.members(s, spec.job_id, spec.attempt, self._margin())
+                    ms = gangs.members(s, spec.job_id, spec.attempt, self._margin(),
+                                       self.ctx.settings.lease_s)
                     if gangs.gang_ending(ms) is None:
                         self._watch(s)
+                    else:  # no row of the attempt reads running once it is over
+                        hosts.mark_lost(s, gangs.close_lost(s, spec.job_id, spec.attempt,
+                                                            self._margin()))
             except Exception as e:
                 if not is_outage(e):
                     raise

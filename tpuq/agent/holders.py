@@ -18,6 +18,7 @@ import select
 import signal
 import stat
 import time
+from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
@@ -249,16 +250,18 @@ def find_holders(
     return holders
 
 
-def started_here(marker: dict[str, str], host: str, checkpoints_dir: str) -> bool:
+def started_here(marker: dict[str, str], host: str, marks: Sequence[str]) -> bool:
     """The process belongs to an attempt that an agent for `host` with this state
     directory started: its environment says so (every child inherits it), and another
     deployment's agent on the same machine under the same host name is told apart by
-    its TPUQ_HOME, where the checkpoint directories lie."""
+    where its checkpoint directories lie (`marks`: under its TPUQ_HOME, or under the
+    shared checkpoint root's directory of its database: workdirs.WorkDirs.marks)."""
+    ckpt = marker.get(jobenv.CHECKPOINT_DIR, "")
     return (marker.get(jobenv.HOST) == host and jobenv.JOB_ID in marker
-            and marker.get(jobenv.CHECKPOINT_DIR, "").startswith(os.path.join(checkpoints_dir, "")))
+            and any(ckpt.startswith(m.rstrip("/") + "/") for m in marks))
 
 
-def find_attempt_processes(host: str, checkpoints_dir: str,
+def find_attempt_processes(host: str, marks: Sequence[str],
                            proc: str = "/proc") -> list[ProcInfo]:
     """Processes of attempts started here (started_here), whatever they hold.
 
@@ -268,8 +271,7 @@ def find_attempt_processes(host: str, checkpoints_dir: str,
     """
     found = []
     for pid in _pids(proc):
-        if pid == os.getpid() or not started_here(_environ_marker(pid, proc), host,
-                                                   checkpoints_dir):
+        if pid == os.getpid() or not started_here(_environ_marker(pid, proc), host, marks):
             continue
         info = proc_info(pid, proc)
         if info is not None:

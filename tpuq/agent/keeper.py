@@ -396,10 +396,20 @@ class Keeper:
 SPARES = 2  # keepers forked ahead of need: a launch does not wait for a fork
 
 
-def serve(run_dir: str) -> None:
+def serve(run_dir: str, agent_pid: int) -> None:
     """Keep SPARES keepers forked and waiting on run_dir/keepers.sock. A spare that takes
     a launch request becomes that attempt's keeper (its own session: it outlives this
-    server) and asks for a replacement; this server only forks spares and reaps them."""
+    server) and asks for a replacement; this server only forks spares and reaps them.
+
+    The server is its agent's: it exits when the agent does, however the agent ended
+    (a kill -9 included), and its spares with it. A restarted agent starts a server of
+    its own; the keepers of running attempts live on for it to adopt."""
+    try:
+        agent = os.pidfd_open(agent_pid)
+    except ProcessLookupError:
+        return  # the agent is gone already
+    if os.getppid() != agent_pid:
+        return  # the pid was reused: the agent that started this server is gone
     listener = _listen(os.path.join(run_dir, SERVER))
     listener.setblocking(False)
     taken_r, taken_w = os.pipe()  # a spare writes a byte here when it takes a launch
@@ -408,9 +418,11 @@ def serve(run_dir: str) -> None:
     spares = 0
     while True:
         while spares < SPARES:
-            _fork_spare(listener, taken_w, alive_r, alive_w, taken_r)
+            _fork_spare(listener, taken_w, alive_r, alive_w, taken_r, agent)
             spares += 1
-        ready, _, _ = select.select([taken_r], [], [], 1.0)
+        ready, _, _ = select.select([taken_r, agent], [], [], 1.0)
+        if agent in ready:
+            return  # the agent exited: nobody will ask for a launch here again
         if ready:
             spares -= len(os.read(taken_r, 64))
         _reap()
@@ -427,14 +439,14 @@ def _reap() -> None:
 
 
 def _fork_spare(listener: socket.socket, taken_w: int, alive_r: int, alive_w: int,
-                taken_r: int) -> None:
+                taken_r: int, agent: int) -> None:
     if os.fork():
         return
     code = 0
     try:
         os.setsid()
-        os.close(alive_w)
-        os.close(taken_r)
+        for fd in (alive_w, taken_r, agent):
+            os.close(fd)
         conn = _wait_for_launch(listener, alive_r)
         if conn is None:
             os._exit(0)  # the server is gone: nothing to keep
@@ -526,4 +538,4 @@ def _write_json(path: str, data: dict[str, Any]) -> None:
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    serve(sys.argv[1])
+    serve(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else os.getppid())

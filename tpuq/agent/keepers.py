@@ -120,7 +120,7 @@ class KeeperServer:
     def start(self) -> KeeperServer:
         os.makedirs(self.run_dir, mode=0o700, exist_ok=True)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tpuq.agent.keeper", self.run_dir],
+            [sys.executable, "-m", "tpuq.agent.keeper", self.run_dir, str(os.getpid())],
             stdin=subprocess.DEVNULL, start_new_session=True, close_fds=True)
         deadline = time.monotonic() + START_TIMEOUT_S
         while not self._answers():

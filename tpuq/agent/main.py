@@ -16,8 +16,8 @@ import threading
 import uuid
 from typing import Any
 
-from tpuq import jobenv, localclient
-from tpuq.agent import devices, identity, libtpu, pidlock, recovery, topology
+from tpuq import checkpoints, jobenv, localclient
+from tpuq.agent import devices, handover, identity, libtpu, pidlock, recovery, topology
 from tpuq.agent.errors import AgentError, HostUnfit
 from tpuq.agent.executor import Executor
 from tpuq.agent.localapi import LocalApi
@@ -126,8 +126,11 @@ class Agent:
             self.tpu_type = topo.get("accelerator_type")
         self.seat = topology.seat_of(settings, topo)
         self.chips = chips
+        shared = [settings.checkpoint_root] if settings.checkpoint_root and \
+            not checkpoints.is_url(settings.checkpoint_root) else []
         cannot = identity.check_agent_can(
-            settings.run_as, [settings.home, settings.logs_dir, settings.checkpoints_dir])
+            settings.run_as, [settings.home, settings.logs_dir, settings.checkpoints_dir,
+                              *shared])
         if cannot:
             raise AgentError(cannot)
         self.stopping = threading.Event()
@@ -239,7 +242,11 @@ class Agent:
     def start(self) -> None:
         # what the agent writes (database, logs, locks) is its own; jobs get 022 back
         os.umask(0o077)
-        self.executor.dirs.prepare(self.settings.home)
+        try:
+            self.executor.dirs.prepare(self.settings.home)
+        except OSError as e:
+            raise AgentError(f"cannot make the directories jobs need: {e} (check "
+                             "TPUQ_HOME and TPUQ_CHECKPOINT_ROOT)") from None
         self._pidlock = pidlock.take(self.settings.home, self.name)
         self.reserve.hold()
         outage.disk_full_hook = self.reserve.release
@@ -256,7 +263,8 @@ class Agent:
                     chips=[c.index for c in self.chips], boot_id=self.boot_id,
                     agent_pid=os.getpid(), stale_s=self.settings.host_stale_s,
                     seat=(self.seat.slice, self.seat.worker, self.seat.tpu_type)
-                    if self.seat else None, unavailable=self.shapes.initial())
+                    if self.seat else None, unavailable=self.shapes.initial(),
+                    checkpoint_root=self.settings.checkpoint_root)
         except hosts.NameTaken as e:
             raise AgentError(str(e)) from None
         if took_over:
@@ -272,7 +280,8 @@ class Agent:
         self.tickers += [
             self.lead_ticker,
             self.sched_ticker,
-            Ticker("reaper", max(cfg.lease_s / 3, 0.2), self.scheduler.reap),
+            # a dead host's job runs elsewhere within its lease and a few seconds
+            Ticker("reaper", max(min(cfg.lease_s / 3, 1.0), 0.2), self._reap),
             Ticker("heartbeat", cfg.heartbeat_s, self._heartbeat),
             Ticker("tpu-logs", 3600, lambda: libtpu.trim_tpu_logs(cfg.tpu_logs_dir)),
             Ticker("notifier", cfg.notify_poll_s, Notifier(cfg, self.db, self.name).run_once),
@@ -302,6 +311,10 @@ class Agent:
             log.info("another agent answers on %s; it takes this VM's submissions", path)
             return
         self.sock = LocalSocketServer(path, self.api.handle).start()
+
+    def _reap(self) -> None:
+        if self.scheduler.reap():
+            self.sched_ticker.wake()  # the requeued jobs go elsewhere now, not next poll
 
     def _schedule(self) -> None:
         if not self.stopping.is_set():
@@ -449,14 +462,9 @@ class Agent:
         return 0
 
     def _hand_over(self) -> None:
-        """Leave every running job with its keeper (which keeps fencing it on its lease)
-        and go: the next agent adopts them. An upgrade costs the jobs nothing."""
-        log.info("handing over: %d job(s) stay with their keepers for the next agent",
-                 len(self.executor.supervisors()))
-        self.executor.accepting = False
-        for sup in self.executor.supervisors():
-            sup.detach()
-        self.executor.wait_idle(timeout=10.0)
+        """Leave every running job with its keeper and go: the next agent adopts them
+        (handover.py). An upgrade costs the jobs nothing."""
+        handover.hand_over(self.executor, self.held, self.settings.handover_s)
         self.shutdown()
 
     def shutdown(self) -> None:

@@ -38,7 +38,7 @@ class Message:
 
 
 _KIND = {"succeeded": "success", "failed": "failure", "timeout": "failure",
-         "cancelled": "warning", "preempted": "warning"}
+         "cancelled": "warning", "preempted": "warning", "restarted": "warning"}
 
 
 def message(row: Any, preempts: int) -> Message | None:
@@ -55,6 +55,11 @@ def message(row: Any, preempts: int) -> Message | None:
         lines = [f"{job} ({what}) has been preempted {row.count} times and is "
                  f"queued again; it is now {row.state}.", f"last: {row.reason or '-'}"]
         return Message(title, "\n".join(lines + _commands(row)), _KIND["preempted"])
+    if row.event == "restarted":  # its checkpoints are on a host it could not wait for
+        lines = [f"{job} ({what}) starts over: {row.detail or 'its checkpoints were lost'}.",
+                 f"it is now {row.state}."]
+        return Message(f"tpuq: {job} {what} starts over", "\n".join(lines + _commands(row)),
+                       _KIND["restarted"])
     title = f"tpuq: {job} {what} {row.event}"
     lines = [f"{job} ({what}) {row.event}" + (f" on {row.host}" if row.host else "")
              + f" after {row.attempt} attempt{'s' if row.attempt != 1 else ''}"

@@ -108,13 +108,28 @@ def read_exit(log_path: str) -> dict[str, Any] | None:
 
 def record(db: Database, job_id: int, attempt: int, host: str, end: Ending, *,
            progress: Progress | None, retry_backoff_s: float,
-           host_retries: int = attempts.HOST_RETRIES) -> None:
-    """One transaction: the last reported step, then the end (fenced: nothing changes)."""
+           host_retries: int = attempts.HOST_RETRIES,
+           checkpoint_seen: bool = False) -> Ending | None:
+    """One transaction: the last reported step (and that the host-local checkpoint
+    directory holds something), then the end (fenced: nothing changes). The ending as
+    recorded (a stop request decides how the attempt counts), or None when the attempt
+    was no longer this host's to end."""
     with db.write() as s:
         if progress is not None:
             attempts.record_progress(s, job_id, attempt, *progress)
-        attempts.finish(s, job_id, attempt, host, end, retry_backoff_s=retry_backoff_s,
-                        host_retries=host_retries)
+        if checkpoint_seen:
+            attempts.checkpoint_seen(s, job_id, attempt)
+        done = attempts.finish_recorded(s, job_id, attempt, host, end,
+                                        retry_backoff_s=retry_backoff_s,
+                                        host_retries=host_retries)
+    return None if done is None else done[1]
+
+
+def words(end: Ending) -> str:
+    """An ending as the agent's log says it: outcome (exit status): reason."""
+    status = f"exit {end.exit_code}" if end.exit_code is not None else \
+        f"signal {end.exit_signal}" if end.exit_signal is not None else "no exit status"
+    return f"{end.outcome.value} ({status}): {end.reason}"
 
 
 def record_unattended(job_id: int, attempt: int, host: str, log_path: str,

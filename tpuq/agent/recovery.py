@@ -19,8 +19,8 @@ import time
 from typing import Any
 
 from tpuq.agent import holders, keepers, libtpu, outcome
+from tpuq.agent.attempt import AttemptSpec
 from tpuq.agent.executor import Executor
-from tpuq.agent.supervisor import AttemptSpec
 from tpuq.state import attempts, gangs, queries
 from tpuq.state.attempts import Ending
 from tpuq.state.states import Outcome
@@ -101,7 +101,8 @@ def _spec(job: Any, att: Any, now: float) -> AttemptSpec:
     """The attempt as the supervisor needs it, from the database (adoption)."""
     return AttemptSpec.of(job, job.id, att.number, chips=tuple(att.chips),
                           lease_until=keepers.clock(),  # renewed at once on adoption
-                          elapsed_s=max(0.0, now - (att.started_at or now)))
+                          elapsed_s=max(0.0, now - (att.started_at or now)),
+                          started_over=att.started_over)
 
 
 def _stop_strays(executor: Executor, adopted: set[tuple[int, int]]) -> None:
@@ -132,8 +133,7 @@ def _kill_orphans(executor: Executor, adopted: set[tuple[int, int]], lost: list[
     """Orphans die before their jobs are requeued: found by environment (also one whose
     pid never reached the database), then by the pid recorded in this boot (also one
     that exec'd without tpuq's variables). Adopted attempts' processes are not orphans."""
-    found = [p for p in holders.find_attempt_processes(executor.name,
-                                                       executor.settings.checkpoints_dir)
+    found = [p for p in holders.find_attempt_processes(executor.name, executor.dirs.marks)
              if _attempt_of(p) not in adopted]
     if found:
         log.warning("killing orphans of earlier attempts: %s",

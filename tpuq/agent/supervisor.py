@@ -17,11 +17,11 @@ import selectors
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from tpuq import runfn
+from tpuq import checkpoints
 from tpuq.agent import functionjob, identity, outcome
+from tpuq.agent.attempt import AttemptSpec
 from tpuq.agent.deadlines import AttemptDeadlines, Verdict
 from tpuq.agent.keeper import Launch
 from tpuq.agent.keepers import KeeperGone, KeeperLink, KeeperServer, clock
@@ -36,46 +36,6 @@ from tpuq.state.states import Outcome, StopRequest
 log = logging.getLogger("tpuq.agent")
 T = TypeVar("T")
 JOB_UMASK = 0o022  # a job's files are as a login shell would make them (the agent's: 077)
-
-
-@dataclass(frozen=True)
-class AttemptSpec:
-    """What the supervisor needs of the job and this attempt, read once at its start."""
-
-    job_id: int
-    attempt: int
-    chips: tuple[int, ...]
-    command: tuple[str, ...]
-    cwd: str
-    env: dict[str, str]
-    stop_signal: str
-    grace_s: float
-    time_limit_s: float | None
-    tcmalloc: bool
-    resumed: bool
-    owner: str = ""
-    lease_until: float = 0.0  # keeper.clock(): measured before the lease was taken
-    elapsed_s: float = 0.0  # how long it has run already (adopted from an earlier agent)
-    gang: tuple[int, int, str] | None = None  # a slice job's task: (worker, workers, slice)
-
-    @property
-    def worker(self) -> int | None:
-        return None if self.gang is None else self.gang[0]
-
-    @property
-    def runs_function(self) -> bool:
-        """A function job (tpuq.client.submit(fn)): its call is written before the
-        start, its outcome stored after the end (functionjob.py)."""
-        return runfn.is_function_command(self.command)
-
-    @classmethod
-    def of(cls, job: Any, job_id: int, attempt: int, **more: Any) -> AttemptSpec:
-        """The attempt of a job row (or object) with attempts.RUN_COLUMNS; `more`: the
-        chips, the lease and anything else the attempt adds."""
-        return cls(job_id=job_id, attempt=attempt, command=tuple(job.command), cwd=job.cwd,
-                   env=dict(job.env), stop_signal=job.stop_signal, grace_s=job.grace_s,
-                   time_limit_s=job.time_limit_s, tcmalloc=job.tcmalloc,
-                   resumed=attempt > 1, owner=job.owner, **more)
 
 
 class HostContext(Protocol):
@@ -93,9 +53,9 @@ class HostContext(Protocol):
 
     def log_path(self, job_id: int, attempt: int, worker: int | None = None) -> str: ...
 
-    def checkpoint_dir(self, job_id: int) -> str: ...
+    def checkpoint_dir(self, spec: AttemptSpec) -> str: ...
 
-    def prepare_dirs(self, job_id: int, attempt: int) -> None: ...
+    def prepare_dirs(self, spec: AttemptSpec) -> None: ...
 
     def attempt_env(self, spec: AttemptSpec, progress_path: str) -> dict[str, str]: ...
 
@@ -125,6 +85,9 @@ class Supervisor(threading.Thread):
         self._kill_now = False
         self._detach = False
         self._stop_sent = False
+        # host-local checkpoints: whether the directory was seen holding something (the
+        # job then waits for this host when requeued); a shared root needs no watching
+        self._ckpt_seen = bool(ctx.settings.checkpoint_root)
         self.ending: Ending | None = None
         if adopted is not None:
             self.notify()  # renew the lease at once: the keeper's may be running out
@@ -200,7 +163,7 @@ class Supervisor(threading.Thread):
 
     def _launch(self) -> Launch:
         spec, ctx = self.spec, self.ctx
-        ctx.prepare_dirs(spec.job_id, spec.attempt)
+        ctx.prepare_dirs(spec)
         log_path = self.log_path
         env = ctx.attempt_env(spec, outcome.progress_path(log_path))
         argv, cwd = list(spec.command), spec.cwd
@@ -225,7 +188,9 @@ class Supervisor(threading.Thread):
     def _hand_over(self, acct: identity.Account) -> None:
         """What the job writes besides its output becomes its owner's: the checkpoint
         directory (kept across attempts) and the progress file tpuq.job appends to."""
-        acct.give(self.ctx.checkpoint_dir(self.spec.job_id))
+        ckpt = self.ctx.checkpoint_dir(self.spec)
+        if not checkpoints.is_url(ckpt):  # a bucket's access is its IAM's, not ours
+            acct.give(ckpt)
         progress = outcome.progress_path(self.log_path)
         with open(progress, "ab"):
             pass
@@ -267,7 +232,8 @@ class Supervisor(threading.Thread):
         deadlines = AttemptDeadlines(
             now=time.monotonic(), renew_every_s=max(self.ctx.settings.lease_s / 3, 0.05),
             retry_every_s=self._retry_cap(), time_limit_s=self.spec.time_limit_s,
-            grace_s=self.spec.grace_s, ran_s=self.spec.elapsed_s)
+            grace_s=self.spec.grace_s, ran_s=self.spec.elapsed_s,
+            watch_every_s=self._watch_every())
         fenced = False
         try:
             while True:
@@ -280,8 +246,12 @@ class Supervisor(threading.Thread):
                     return None
                 try:
                     for msg in self.link.events():
-                        if msg.get("event") == "ended":
-                            return None if fenced else msg
+                        if msg.get("event") != "ended":
+                            continue
+                        if fenced:
+                            self._fenced_end(msg)
+                            return None
+                        return msg
                 except KeeperGone:
                     return self._keeper_lost()
                 if not fenced and self._act(deadlines, woken):
@@ -297,6 +267,8 @@ class Supervisor(threading.Thread):
             self.link.send(op="kill")
         if due.ask_timeout:
             self._request(StopRequest.TIMEOUT)
+        if due.watch:
+            self._watch_now()
         if not due.renew:
             return False
         asked_at = clock()
@@ -311,10 +283,29 @@ class Supervisor(threading.Thread):
         if lease is not None:
             self.link.send(op="lease", until=asked_at + self.ctx.settings.lease_s)
         if verdict is Verdict.SIGNAL and not self._stop_sent:
-            self.link.send(op="stop", signal=self.spec.stop_signal, grace=self.spec.grace_s)
+            grace = self._stop_grace(lease.stop_request if lease else None)
+            self.link.send(op="stop", signal=self.spec.stop_signal, grace=grace)
             self._stop_sent = True
-            deadlines.signalled(time.monotonic())
+            deadlines.signalled(time.monotonic(), grace)
         return False
+
+    # ---- what a slice job's task does otherwise (gang.py) ------------------------------
+    def _watch_every(self) -> float | None:
+        """How often to look at the other workers of a slice job (None: not a leader)."""
+        return None
+
+    def _watch_now(self) -> None:
+        """Look at the other workers now (between lease renewals)."""
+
+    def _stop_grace(self, stop_request: str | None) -> float:
+        """The grace a stop gives: the job's own."""
+        return self.spec.grace_s
+
+    def _fenced_end(self, ended: dict[str, Any]) -> None:
+        """The process of an attempt that is no longer this host's has ended (killed):
+        nothing of the attempt is this host's to record."""
+        log.info("job %s attempt %s: its process was stopped (the attempt was over)",
+                 self.spec.job_id, self.spec.attempt)
 
     def _keeper_lost(self) -> dict[str, Any]:
         """The keeper died (killed, OOM): its exit file, if it wrote one; else the job's
@@ -367,7 +358,16 @@ class Supervisor(threading.Thread):
         if lease.held and progress is not None and progress != self._progress_shown:
             attempts.record_progress(s, spec.job_id, spec.attempt, *progress)
             self._progress_shown = progress
+        if lease.held and self._checkpoint_appeared():
+            attempts.checkpoint_seen(s, spec.job_id, spec.attempt)
         return lease
+
+    def _checkpoint_appeared(self) -> bool:
+        """True once, when the host-local checkpoint directory first holds something."""
+        if self._ckpt_seen or not checkpoints.has_content(self.ctx.checkpoint_dir(self.spec)):
+            return False
+        self._ckpt_seen = True
+        return True
 
     def _retry_cap(self) -> float:
         """Retry writes well within a lease, so the reaper never takes a live job."""
@@ -394,12 +394,16 @@ class Supervisor(threading.Thread):
         spec = self.spec
         progress = outcome.last_progress(outcome.progress_path(self.log_path))
         # the outcome must reach the database, however long it is away
-        self._write(lambda: outcome.record(self.ctx.db, spec.job_id, spec.attempt,
-                                           self.fence_host, end, progress=progress,
-                                           retry_backoff_s=self.ctx.settings.retry_backoff_s,
-                                           host_retries=self.ctx.settings.host_error_retries),
-                    "recording the end of")
-        status = f"exit {end.exit_code}" if end.exit_code is not None else \
-            f"signal {end.exit_signal}" if end.exit_signal is not None else "no exit status"
-        log.info("job %s attempt %s: %s (%s): %s", spec.job_id, spec.attempt,
-                 end.outcome.value, status, end.reason)
+        seen = self._checkpoint_appeared()
+        recorded = self._write(
+            lambda: outcome.record(self.ctx.db, spec.job_id, spec.attempt, self.fence_host,
+                                   end, progress=progress, checkpoint_seen=seen,
+                                   retry_backoff_s=self.ctx.settings.retry_backoff_s,
+                                   host_retries=self.ctx.settings.host_error_retries),
+            "recording the end of")
+        if recorded is None:
+            log.info("job %s attempt %s: ended, %s; the attempt was over already "
+                     "(nothing recorded)", spec.job_id, spec.attempt, outcome.words(end))
+        else:  # what show says: a stop request decides how the attempt counts
+            log.info("job %s attempt %s: %s", spec.job_id, spec.attempt,
+                     outcome.words(recorded))

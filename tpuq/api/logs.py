@@ -46,11 +46,19 @@ def read(settings: Settings, db: Database, here: str, req: ReadLog, caller: Call
         if not reader.attempt(a):
             break
     done = queries.is_terminal(row.state) and reader.all_read
-    outcomes = {str(a.number): f"{a.outcome}: {a.reason}" if a.reason else str(a.outcome)
-                for a in atts if a.outcome is not None}
+    # what the client says of an attempt that printed nothing (never of one whose output
+    # a note says is elsewhere: it may have written plenty)
+    outcomes = {str(a.number): _outcome_words(a) for a in atts
+                if a.outcome is not None and a.number not in reader.elsewhere}
     return LogChunk(state=row.state, attempts=numbers, pieces=reader.pieces,
                     notes=reader.notes, positions=reader.positions, ended=done,
                     reason=row.reason or "", outcomes=outcomes)
+
+
+def _outcome_words(a: Any) -> str:
+    """How an attempt ended, in the words of `show`; one that never started says so."""
+    how = str(a.outcome) if a.started_at is not None else f"{a.outcome} before it started"
+    return f"{how}: {a.reason}" if a.reason else how
 
 
 def _workers_of(req: ReadLog, atts: Any, logs: dict[tuple[int, int], tuple[str, str | None]]
@@ -80,6 +88,7 @@ class _Reader:
         self.pieces: list[dict[str, Any]] = []
         self.notes: list[str] = []
         self.all_read = True
+        self.elsewhere: set[int] = set()  # attempts whose output is only on their host
 
     def attempt(self, a: Any) -> bool:
         """Read what is new of attempt `a`; False once the reply is full."""
@@ -175,7 +184,10 @@ class _Reader:
             return True
         if entries or not self._over(a):
             return False
+        if not a.log_path:
+            return True  # it never started: it wrote nothing, anywhere
         what = "the end of" if expected else "any of"
         self.notes.append(f"{what} attempt {a.number}'s output is not in Redis (its host died, "
                           f"or it expired, or Redis restarted); the whole log is {where}")
+        self.elsewhere.add(a.number)
         return True

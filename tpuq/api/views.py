@@ -40,6 +40,10 @@ def job_object(row: Any, viewer: Caller, env: Mapping[str, str] | None = None,
         "step_at": getattr(current, "checkpoint_at", None),
         "total": getattr(current, "checkpoint_total", None),
         "eta_at": getattr(current, "eta_at", None),
+        # where its checkpoints live, and the host holding them when only that one can
+        # reach them (None: a shared root, or none yet)
+        "checkpoint_dir": getattr(row, "checkpoint_dir", None),
+        "checkpoint_host": getattr(row, "checkpoint_host", None),
     }
     if env is not None:
         obj["env"] = dict(env) if viewer.owns(row.owner) else dict.fromkeys(env, HIDDEN)
@@ -56,13 +60,13 @@ def attempt_object(a: Any) -> dict[str, Any]:
             "outcome": a.outcome, "exit_code": a.exit_code, "exit_signal": a.exit_signal,
             "reason": a.reason, "log_path": a.log_path, "checkpoint_step": a.checkpoint_step,
             "checkpoint_at": a.checkpoint_at, "checkpoint_total": a.checkpoint_total,
-            "eta_at": a.eta_at}
+            "eta_at": a.eta_at, "started_over": getattr(a, "started_over", None)}
 
 
 def notification_object(n: Any) -> dict[str, Any]:
     """One message to the job's owner (its destinations are never shown: tokens)."""
     return {"event": n.event, "state": n.state, "tries": n.tries, "at": n.created_at,
-            "sent_at": n.sent_at, "error": n.last_error}
+            "sent_at": n.sent_at, "error": n.last_error, "detail": getattr(n, "detail", None)}
 
 
 def event_object(e: Any) -> dict[str, Any]:
@@ -79,6 +83,8 @@ def host_object(h: Any, jobs: Mapping[int, list[int]], now: float,
     return {"name": h.name, "tpu_type": h.tpu_type, "chips": list(h.chips or ()),
             "used": sum(len(c) for c in jobs.values()), "jobs": sorted(jobs),
             "heartbeat_at": h.heartbeat_at, "state": state,
+            # where jobs keep checkpoints there: a shared root, or None (its own disk)
+            "checkpoint_root": getattr(h, "checkpoint_root", None),
             # a worker of a multi-host slice: the slice, its type, this worker's number
             "slice": h.slice_name, "slice_type": h.slice_type, "worker": h.slice_worker,
             # chip counts (or "*", every shape) it does not offer, and why (shape probes)

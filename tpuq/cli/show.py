@@ -43,7 +43,8 @@ def show(job_id: int, as_json: bool) -> None:
                    "failed": f"FAILED after {n['tries']} tries", "skipped": "nothing to tell"
                    }.get(n["state"], n["state"])
             err = f": {n['error']}" if n["error"] and n["state"] != "skipped" else ""
-            click.echo(f"  {render.clock(n['at'])}  {n['event']}  {how}{err}")
+            about = f" ({n['detail']})" if n.get("detail") else ""
+            click.echo(f"  {render.clock(n['at'])}  {n['event']}{about}  {how}{err}")
     for o in job.get("logs_over_budget") or ():
         click.echo(f"\nlogs over budget: {o['says']}")
     click.echo("\ntimeline:")
@@ -67,6 +68,9 @@ def _spec_text(job: dict[str, Any]) -> str:
         f"  failures  {job['failures']} (retried {min(job['failures'], job['max_retries'])} of "
         f"{job['max_retries']} allowed); preempted {job['preemptions']} times",
     ]
+    where = checkpoint_words(job)
+    if where:
+        lines.append(f"  ckpt dir  {where}")
     if job.get("notify"):
         lines.append(f"  notify    {job['notify']}")
     if job["env"]:
@@ -85,12 +89,24 @@ def _spec_text(job: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def checkpoint_words(job: dict[str, Any]) -> str:
+    """Where a job's checkpoints live, in words ("" before its first assignment)."""
+    where = job.get("checkpoint_dir")
+    if not where:
+        return ""
+    if job.get("checkpoint_host"):
+        return f"{job['checkpoint_host']}:{where} (on that host's disk only)"
+    return f"{where} (shared: the same on every host)"
+
+
 def _attempt_line(a: dict[str, Any]) -> str:
     end = a["ended_at"] or (time.time() if a["started_at"] and a["outcome"] is None else None)
     ran = end - a["started_at"] if a["started_at"] and end else None
     text = (f"#{a['number']} {a['host']} chips {','.join(map(str, a['chips']))}  "
             f"pid {a['pid'] or '-'}  started {render.clock(a['started_at'])}  "
             f"ran {render.duration(ran)}  {a['outcome'] or 'running'}: {a['reason'] or ''}")
+    if a.get("started_over"):
+        text += f"\n      started over: {a['started_over']}"
     step, step_at = a["checkpoint_step"], a["checkpoint_at"]
     if a["outcome"] == "preempted":
         text += f"\n      preempted at {render.clock(a['ended_at'])}"

@@ -81,6 +81,14 @@ def start(j: dict[str, Any], now: float) -> str:
     return f"in {render.duration(at - now)} ({time.strftime(fmt, time.localtime(at))})"
 
 
+def checkpoint(j: dict[str, Any]) -> str:
+    """Where its checkpoints live: `shared` (the same on every host), `HOST only` (that
+    host's disk), `-` (no attempt yet). `tpuq show` gives the path."""
+    if not j.get("checkpoint_dir"):
+        return "-"
+    return f"{j['checkpoint_host']} only" if j.get("checkpoint_host") else "shared"
+
+
 def chips(j: dict[str, Any]) -> str:
     n = "all" if j["chips"] is None else str(j["chips"])
     return f"{n}/{j['tpu_type']}" if j.get("tpu_type") else n
@@ -101,6 +109,7 @@ COLUMNS: dict[str, tuple[str, Cell]] = {
     "start": ("START", start),
     "reason": ("REASON", lambda j, now: reason(j)),
     "command": ("COMMAND", lambda j, now: render.command_words(j["command"])),
+    "checkpoint": ("CHECKPOINT", lambda j, now: checkpoint(j)),
 }
 DEFAULT = "id,name,user,state,chips,host,progress,time,reason"
 STARTS = "id,name,user,state,chips,time,start,reason"  # --start, as squeue --start

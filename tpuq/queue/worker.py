@@ -23,8 +23,12 @@ log = logging.getLogger("tpuq.queue")
 RECONNECT_EVERY_S = 1.0
 
 
+READY_WAIT_S = 10.0  # a stop waits this long for a worker still starting up
+
+
 class HostConsumer(Consumer):  # type: ignore[misc]  # celery is untyped: Consumer is Any
-    """Celery's consumer, retrying a lost broker every second.
+    """Celery's consumer, retrying a lost broker every second, and saying when it is
+    ready.
 
     Celery reconnects through kombu's `ensure_connection` with its built-in waits (2 s,
     then 2 s longer each time, up to 30 s), which no setting reaches (kombu#735): after
@@ -32,11 +36,37 @@ class HostConsumer(Consumer):  # type: ignore[misc]  # celery is untyped: Consum
     and cancel broadcasts. A reconnect attempt a second is nothing for Redis.
     """
 
+    ready: threading.Event | None = None  # set by HostWorker, per worker
+
     def ensure_connected(self, conn: Any) -> Any:
         conn.ensure_connection = functools.partial(
             conn.ensure_connection, interval_start=RECONNECT_EVERY_S, interval_step=0,
             interval_max=RECONNECT_EVERY_S)
         return super().ensure_connected(conn)
+
+    def on_ready(self) -> None:
+        super().on_ready()
+        if self.ready is not None:
+            self.ready.set()
+
+
+class _StoppedWhileStarting(logging.Filter):
+    """Once the agent stops its worker, Celery's "Unrecoverable error" from a start-up
+    that the stop cut short (a connection closed under it) is no error: one line, no
+    traceback. Before the stop, it is logged as Celery logs it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stopping = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.stopping and record.levelno >= logging.ERROR and \
+                str(record.msg).startswith("Unrecoverable error"):
+            error = record.exc_info[1] if record.exc_info else None
+            record.msg, record.args = "stopped while still starting (%r)", (error,)
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            record.exc_info = record.exc_text = None
+        return True
 
 
 def _warnings_only(record: logging.LogRecord) -> bool:
@@ -56,12 +86,16 @@ class HostWorker:
             chatty = logging.getLogger(logger)
             if _QUIET not in chatty.filters:
                 chatty.addFilter(_QUIET)
+        self.ready = threading.Event()
+        consumer = type("Consumer", (HostConsumer,), {"ready": self.ready})
         self.controller: Any = app.WorkController(
             hostname=f"tpuq@{name}", pool_cls="threads", concurrency=concurrency,
             queues=[host_queue(name), control_queue_name(app)], without_mingle=True,
-            without_gossip=True, loglevel="WARNING", consumer_cls=HostConsumer,
+            without_gossip=True, loglevel="WARNING", consumer_cls=consumer,
         )
         self.thread = threading.Thread(target=self._run, name="celery-worker", daemon=True)
+        self.quiet_stop = _StoppedWhileStarting()
+        logging.getLogger("celery.worker").addFilter(self.quiet_stop)
 
     def start(self) -> HostWorker:
         self.thread.start()
@@ -79,9 +113,15 @@ class HostWorker:
         return self.thread.is_alive()
 
     def stop(self) -> None:
+        """Stop consuming. A worker still starting up is given READY_WAIT_S to finish
+        first: stopped halfway, Celery's start fails under it (a closed connection)."""
+        if self.thread.is_alive():
+            self.ready.wait(READY_WAIT_S)
+        self.quiet_stop.stopping = True
         try:
             self.controller.stop(in_sighandler=False)
         except Exception:  # noqa: BLE001 - stopping must not raise during shutdown
             log.exception("stopping the celery worker")
         self.thread.join(10)
+        logging.getLogger("celery.worker").removeFilter(self.quiet_stop)
         tasks.bind(None)

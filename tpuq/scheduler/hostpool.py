@@ -39,8 +39,8 @@ INF = float("inf")
 
 
 class Host:
-    __slots__ = ("allowed", "chips", "entries", "free", "free_at", "n", "name", "schedulable",
-                 "type", "why_not")
+    __slots__ = ("allowed", "chips", "draining", "entries", "free", "free_at", "n", "name",
+                 "schedulable", "type", "why_not")
 
     def __init__(self, view: HostView) -> None:
         self.name = view.name
@@ -50,6 +50,7 @@ class Host:
         self.allowed = tuple(n for n in allowed_chip_counts(self.n) if n not in view.withheld)
         self.free = set(view.free).intersection(self.chips)
         self.schedulable = view.schedulable
+        self.draining = view.draining
         self.why_not = view.out_of_service or "out of service"
         self.free_at = view.free_at
         self.entries: list[tuple[Key, int]] = []
@@ -120,6 +121,12 @@ class Pool:
                 self._index(h)
         self.types = list(self.by_type)
         self.out = [h for h in self.hosts if h.n and not h.schedulable]
+        self.named = {h.name: h for h in self.hosts}
+
+    def takes_at(self, h: Host, job_type: str | None, need: int) -> bool:
+        """Whether `h` itself can take the request now (a job that prefers that host)."""
+        return h.schedulable and h.n > 0 and h.name not in self.reserved and \
+            job_type in (None, h.type) and h.has_block(need)
 
     def out_of_service(self, job_type: str | None, need: int) -> str | None:
         """When only hosts out of service could ever take the request: which and why."""

@@ -17,15 +17,18 @@ compare-and-set on each job's attempt): leadership is for efficiency, not for sa
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from sqlalchemy.orm import Session
 
+from tpuq import checkpoints
 from tpuq.scheduler import forecast, policy
 from tpuq.settings import Settings
-from tpuq.state import attempts, deps, gangs, holdings, leader, snapshot, usage
+from tpuq.state import attempts, deps, gangs, holdings, hosts, leader, queries, snapshot, usage
 from tpuq.state.db import Database
 
 log = logging.getLogger("tpuq.scheduler")
@@ -33,12 +36,18 @@ ROLE = leader.SCHEDULER
 # Chip-hour usage (fair share, budgets) is recomputed at most this often: it scans recent
 # attempts, and a pass runs after every finished job. Chips in use are always fresh.
 USAGE_TTL_S = 10.0
+# An expired lease is requeued once a reaper pass this much later still finds it expired
+# (at most a third of a lease). A live host that was cut off renews within its retry
+# cap (2 s, supervisor.py) once it reaches the database again.
+REAP_CONFIRM_S = 5.0
 Dispatch = Callable[[str, int, int], None]  # tell host to start (job_id, attempt)
 Notify = Callable[[], None]
 
 
-def views(snap: snapshot.Snapshot) -> tuple[list[policy.JobView], list[policy.HostView],
-                                             dict[str, policy.TeamView]]:
+def views(snap: snapshot.Snapshot, checkpoint_wait_s: float = 0.0
+          ) -> tuple[list[policy.JobView], list[policy.HostView], dict[str, policy.TeamView]]:
+    """`checkpoint_wait_s`: how long a job waits for the host holding its checkpoints
+    (Settings.checkpoint_wait_s), from the end of its last attempt."""
     jobs = [policy.JobView(id=r.id, team=r.team, user=r.owner, priority=r.priority,
                            submitted_at=r.submitted_at, chips=r.chips, tpu_type=r.tpu_type,
                            not_before=r.not_before, depends_on=snap.unmet.get(r.id, ()),
@@ -46,16 +55,27 @@ def views(snap: snapshot.Snapshot) -> tuple[list[policy.JobView], list[policy.Ho
                            time_limit_s=r.time_limit_s, array_id=r.array_id,
                            array_throttle=r.array_throttle, workers=r.workers)
             for r in snap.queued]
+    if snap.left_home:  # the few whose checkpoints are on one host's disk: they prefer it
+        jobs = [_homed(j, snap.left_home[j.id], r, checkpoint_wait_s)
+                if j.id in snap.left_home else j for j, r in zip(jobs, snap.queued)]
     hosts = [policy.HostView(name=name, tpu_type=tpu_type, chips=chips,
                              free=frozenset(chips) - snap.used.get(name, set()),
                              schedulable=why is None, out_of_service=why or "",
                              free_at=snap.ends.get(name, {}),
                              slice=member[0] if member else None,
                              worker=member[1] if member else 0,
-                             slice_type=member[2] if member else None, withheld=withheld)
+                             slice_type=member[2] if member else None, withheld=withheld,
+                             draining=name in snap.draining)
              for name, tpu_type, chips, why, member, withheld in snap.hosts]
     names = set(snap.team_running) | set(snap.teams) | set(snap.usage)
     return jobs, hosts, {t: team_view(snap, t) for t in names}
+
+
+def _homed(job: policy.JobView, left: float, row: Any, wait_s: float) -> policy.JobView:
+    """A queued job whose checkpoints are on one host's disk, seen to hold something
+    (snapshot.left_home): it prefers that host, and waits for it `wait_s` from the end
+    of its last attempt (`left`)."""
+    return dataclasses.replace(job, home=row.checkpoint_host, home_until=left + wait_s)
 
 
 def team_view(snap: snapshot.Snapshot, name: str) -> policy.TeamView:
@@ -83,7 +103,7 @@ def plan_for(s: Session, settings: Settings, recent_usage: dict[str, usage.Usage
              ) -> tuple[snapshot.Snapshot, policy.Plan]:
     snap = snapshot.read(s, settings.host_stale_s, settings.fair_share_half_life_h,
                          recent_usage)
-    jobs, hosts, teams = views(snap)
+    jobs, hosts, teams = views(snap, settings.checkpoint_wait_s)
     return snap, policy.plan(jobs, hosts, teams, snap.now, array_running=snap.array_running)
 
 
@@ -105,6 +125,7 @@ class Scheduler:
         self.barred: str | None = None
         # passes while leading: count, total and last seconds (recorded with the lease)
         self.passes: tuple[int, float, float | None] = (0, 0.0, None)
+        self._instance: str | None = None  # the database's id (checkpoint directories)
 
     def run_pass(self) -> int:
         """One pass; returns how many jobs were assigned."""
@@ -120,15 +141,17 @@ class Scheduler:
             snap, plan = plan_for(s, self.settings, self._usage if fresh else None)
             if not fresh:
                 self._usage, self._usage_at = snap.usage, time.monotonic()
-            attempt_of = {r.id: r.attempt for r in snap.queued}
+            queued = {r.id: r for r in snap.queued}
             for a in plan.assignments:
+                row = queued[a.job_id]
+                where = self._checkpoints(s, snap, row, a)
                 if a.workers:  # a slice job: every worker is told
-                    n = gangs.assign(s, a.job_id, attempt_of[a.job_id], a.host, a.workers,
-                                     self.settings.lease_s)
+                    n = gangs.assign(s, a.job_id, row.attempt, a.host, a.workers,
+                                     self.settings.lease_s, checkpoint=where)
                     started += [(host, a.job_id, n) for host, _ in a.workers] if n else []
                     continue
-                n = attempts.assign(s, a.job_id, attempt_of[a.job_id], a.host, a.chips,
-                                    self.settings.lease_s)
+                n = attempts.assign(s, a.job_id, row.attempt, a.host, a.chips,
+                                    self.settings.lease_s, checkpoint=where)
                 if n is not None:
                     started.append((a.host, a.job_id, n))
         took = time.monotonic() - began
@@ -137,21 +160,39 @@ class Scheduler:
             self.dispatch(host, job_id, n)
         return len(started)
 
+    def _checkpoints(self, s: Session, snap: snapshot.Snapshot, row: Any,
+                     a: policy.Assignment) -> checkpoints.Placement:
+        """Where the assigned attempt keeps its checkpoints, from the host's registration
+        (a slice's: worker 0's) and where the job's were; and whether it starts over."""
+        if self._instance is None:
+            self._instance = queries.instance_id(s)
+        root, home = snap.storage.get(a.workers[0][0] if a.workers else a.host, (None, None))
+        return checkpoints.placed(root, home or "", self._instance, row.id, row.attempt + 1,
+                                  a.host, (row.checkpoint_dir, row.checkpoint_host,
+                                           row.checkpoint_seen_at is not None))
+
     def reap(self) -> list[int]:
         """Requeue jobs whose host stopped renewing their lease (leader only).
 
-        An expired lease is only a suspect until a later pass, at least a third of a lease
-        on, still finds it expired: after a database outage every lease looks expired, and
-        the hosts need a moment to renew theirs. A new leader starts with no suspects.
+        An expired lease is only a suspect until a later pass, REAP_CONFIRM_S (at most a
+        third of a lease) on, still finds it expired: after a database outage every lease
+        looks expired, and the hosts need a moment to renew theirs. A new leader starts
+        with no suspects. The keeper of an attempt stops it before its lease can run out
+        (keeper.py), so requeueing at once after that is safe.
         """
         if not self.has_lease():
             self._suspects = {}
             return []
+        margin = min(1.0, self.settings.lease_s / 10)  # as a gang's worker 0's (gang.py)
         with self.db.read() as s:
             expired = attempts.expired_leases(s)
+            stale = gangs.stale(s, margin)
+        if stale:  # slice workers of attempts that are over, that nobody reports on
+            with self.db.write() as s:
+                hosts.mark_lost(s, gangs.sweep(s, stale))
         now = time.monotonic()
         self._suspects = {k: self._suspects.get(k, now) for k in expired}
-        grace = self.settings.lease_s / 3
+        grace = min(self.settings.lease_s / 3, REAP_CONFIRM_S)
         due = {k for k, seen in self._suspects.items() if now - seen >= grace}
         if not due:
             return []

@@ -125,6 +125,12 @@ class _Planner:
             if job.array_throttle is not None and job.array_id is not None and \
                     self.array_running.get(job.array_id, 0) >= job.array_throttle:
                 continue
+            if job.home is not None:
+                at_home = self._at_home(job, ts)
+                if at_home is not None:  # placed with its checkpoints, or waits for them
+                    if at_home and ts.full():
+                        return
+                    continue
             if job.workers is not None:
                 if self._try_slice(job, ts) and ts.full():
                     return
@@ -168,6 +174,38 @@ class _Planner:
         if job.array_id is not None:
             self.array_running[job.array_id] = self.array_running.get(job.array_id, 0) + 1
         return True
+
+    def _at_home(self, job: JobView, ts: TeamState) -> bool | None:
+        """A job whose checkpoints are on one host's disk (a slice job's: one slice's):
+        True when placed there, False when it waits for it (while that host is expected
+        back, until `home_until`), None when it goes wherever there is room (the host is
+        gone or draining, or the wait is over: it starts over there)."""
+        assert job.home is not None
+        user, est = job.user, job.est_hours
+        if job.workers is not None:
+            sl = self.slices.named(job.home)
+            if sl is None or sl.draining() or sl.type != job.tpu_type:
+                return None
+            if not sl.taken and sl.usable() and \
+                    ts.check(user, sl.chips, sl.type, est) is None:
+                ts.add(user, sl.chips, sl.type, est)
+                self.assignments.append(Assignment(job.id, sl.name, tuple(range(sl.chips)),
+                                                   self.slices.take(sl)))
+                self.assigned.add(job.id)
+                return True
+        else:
+            h = self.pool.named.get(job.home)
+            need = need_key(job.chips)
+            if h is None or h.draining or job.tpu_type not in (None, h.type) \
+                    or h.size_for(need) not in h.allowed:
+                return None
+            if self.pool.takes_at(h, job.tpu_type, need) and \
+                    ts.check(user, h.size_for(need), h.type, est) is None:
+                return self._assign(job, ts, h, need)
+        return False if self._waits_for_home(job) else None
+
+    def _waits_for_home(self, job: JobView) -> bool:
+        return job.home_until is not None and self.now < job.home_until
 
     def _try_slice(self, job: JobView, ts: TeamState) -> bool:
         """Every worker of one free slice of the job's type, or nothing."""
@@ -222,6 +260,10 @@ class _Planner:
         if job.array_throttle is not None and job.array_id is not None and \
                 self.array_running.get(job.array_id, 0) >= job.array_throttle:
             return f"array {job.array_id} at its limit of {job.array_throttle} running"
+        if job.home is not None and job.home_until is not None and self._waits_for_home(job) \
+                and self._home_expected(job):
+            return (f"waiting for {job.home}, which holds its checkpoints (until "
+                    f"{clock(job.home_until, '%H:%M:%S')}; then it starts over elsewhere)")
         if job.workers is not None:
             return self._slice_words(job)
         host = self.reserved_for.get(job.id)
@@ -245,6 +287,14 @@ class _Planner:
         size = pool.min_whole[job.tpu_type] if need == WHOLE else need
         reason = ts.check(job.user, size, job.tpu_type, job.est_hours)
         return reason or self._reserved_words(job, ts, need) or self._capacity_words(job, need)
+
+    def _home_expected(self, job: JobView) -> bool:
+        assert job.home is not None
+        if job.workers is not None:
+            sl = self.slices.named(job.home)
+            return sl is not None and not sl.draining()
+        h = self.pool.named.get(job.home)
+        return h is not None and not h.draining
 
     def _slice_words(self, job: JobView) -> str:
         chips = (job.workers or 0) * (host_chips(job.tpu_type or "") or 0)

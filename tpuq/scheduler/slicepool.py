@@ -52,6 +52,9 @@ class Slice:
             f"worker {h.worker} ({h.name}) {h.out_of_service or 'out of service'}"
             for h in out[:3]) + (f" (+{len(out) - 3} more)" if len(out) > 3 else "")
 
+    def draining(self) -> bool:
+        return any(h.draining for h in self.hosts)
+
     def busy(self) -> bool:
         return self.taken or any(len(h.free) < len(h.chips) for h in self.hosts)
 
@@ -76,6 +79,10 @@ class SlicePool:
 
     def offers(self, tpu_type: str | None) -> bool:
         return bool(self.by_type.get(tpu_type))
+
+    def named(self, name: str) -> Slice | None:
+        return next((sl for sls in self.by_type.values() for sl in sls if sl.name == name),
+                    None)
 
     def find(self, tpu_type: str | None, ok: QuotaOk) -> Slice | None:
         """A usable slice of the type whose chips the team's quota allows."""

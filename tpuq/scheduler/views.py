@@ -35,6 +35,7 @@ class HostView:
     slice_type: str | None = None  # the slice's accelerator type, e.g. "v4-32"
     # chip counts the host does not offer (its probe failed, or no bounds are known)
     withheld: frozenset[int] = frozenset()
+    draining: bool = False  # leaving service: a checkpoint there is not waited for
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,10 @@ class JobView:
     array_id: int | None = None  # a task of this array...
     array_throttle: int | None = None  # ...of which at most this many run at once
     workers: int | None = None  # a slice job: every worker of one slice of `tpu_type`
+    # the host (a slice job's: the slice) that holds its checkpoints on its own disk; the
+    # job prefers it, and waits for it until `home_until` while it is expected back
+    home: str | None = None
+    home_until: float | None = None
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,7 @@ def host_state(row: Any, now: float, stale_s: float, min_code: str | None) -> st
     why = hosts_mod.out_of_service(row, now, stale_s, min_code)
     if why is None:
         return "ok"
-    if why == "agent stopped":
+    if why == "agent stopped" or why.startswith("handed over"):
         return "stopped"
     if why.startswith("silent"):
         return "silent"
@@ -87,7 +87,8 @@ def host_counts(s: Session, now: float, stale_s: float) -> list[HostCount]:
     used = dict(s.execute(select(Allocation.host, func.count()).group_by(Allocation.host)).all())
     rows = s.execute(select(Host.name, Host.tpu_type, Host.chips, Host.heartbeat_at,
                             Host.draining, Host.busy_reason, Host.stopped_at, Host.lost_reason,
-                            Host.code_revision, Host.unavailable, Host.disk_low)).all()
+                            Host.code_revision, Host.unavailable, Host.disk_low,
+                            Host.lost_at, Host.handover_until)).all()
     min_code = hosts_mod.min_code(s)
     return [HostCount(h.name, h.tpu_type, len(h.chips or ()), int(used.get(h.name, 0)),
                       host_state(h, now, stale_s, min_code)) for h in rows]

@@ -16,6 +16,7 @@ from sqlalchemy import (
     Row,
     String,
     Table,
+    Text,
     bindparam,
     delete,
     insert,
@@ -27,11 +28,13 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
+from tpuq.checkpoints import Placement
+from tpuq.state import hosts
 from tpuq.state.clock import db_now, from_now
 from tpuq.state.db import SCHEMA_HEAD
 from tpuq.state.models import Allocation, Attempt, Job
 from tpuq.state.states import ACTIVE, NOT_CHARGED, JobState, Outcome
-from tpuq.state.transitions import JOBS, Rider, transition_returning
+from tpuq.state.transitions import JOBS, Rider, notification_rider, transition_returning
 
 Q, A, R, P = JobState.QUEUED, JobState.ASSIGNED, JobState.RUNNING, JobState.PREEMPTING
 AGENT = "agent"
@@ -40,36 +43,52 @@ ALLOCATIONS = cast(Table, Allocation.__table__)
 
 
 def assign(s: Session, job_id: int, attempt_now: int, host: str, chips: Sequence[int],
-           lease_s: float, reason: str | None = None, *, book: bool = True) -> int | None:
+           lease_s: float, reason: str | None = None, *, book: bool = True,
+           checkpoint: Placement | None = None) -> int | None:
     """queued -> assigned with attempt+1, chip rows and a lease, in the caller's transaction.
 
     Returns the new attempt number, or None when the job changed meanwhile. A chip that is
     already booked makes the INSERT fail (primary key): the caller's transaction rolls back.
     book=False records the attempt's chips without booking them on `host` (a slice job
-    books each worker's own, gangs.assign).
+    books each worker's own, gangs.assign). `checkpoint`: where the attempt keeps its
+    checkpoints (tpuq/checkpoints.py), recorded on the job; when it starts over (they
+    are on a host it cannot reach), the event, the attempt and a notification say so.
     """
     new = attempt_now + 1
-    riders = [_new_attempt(job_id, new, host, chips)]
+    over = checkpoint.started_over if checkpoint else None
+    riders = [_new_attempt(job_id, new, host, chips, over)]
     if chips and book:
         riders.append(_book_chips(job_id, new, host, chips))
+    values: dict[str, Any] = {"attempt": new, "host": host, "stop_request": None,
+                              "lease_expires_at": from_now(lease_s)}
+    if checkpoint is not None:
+        values.update(checkpoint_dir=checkpoint.dir, checkpoint_host=checkpoint.host)
+        if checkpoint.fresh:
+            values["checkpoint_seen_at"] = None
+    if over is not None:
+        riders.append(notification_rider("restarted", over))
+    said = reason or f"assigned to {host} chips {','.join(map(str, chips))}"
     row = transition_returning(
         s, job_id, Q, A, attempt=attempt_now, actor="scheduler",
-        reason=reason or f"assigned to {host} chips {','.join(map(str, chips))}",
-        values={"attempt": new, "host": host, "stop_request": None,
-                "lease_expires_at": from_now(lease_s)},
-        riders=riders)
+        reason=f"{said}; {over}" if over else said, values=values, riders=riders)
     return None if row is None else new
 
 
 # what the host needs of the job to run it, returned by the start statement itself
 RUN_FIELDS = ("command", "cwd", "env", "stop_signal", "grace_s", "time_limit_s", "tcmalloc",
-              "owner")
-START_COLUMNS = (*(JOBS.c[name] for name in RUN_FIELDS),
+              "owner", "checkpoint_dir")
+
+
+def _of_this_attempt(column: Any) -> Any:
     # the outer row named in plain SQL: SQLite renders RETURNING columns unqualified, and
     # an unqualified `id` inside this subquery would be the attempt's own id
-    select(ATTEMPTS.c.chips).where(ATTEMPTS.c.job_id == literal_column("jobs.id"),
-                                   ATTEMPTS.c.number == literal_column("jobs.attempt"))
-    .scalar_subquery().label("chips"))
+    return select(column).where(ATTEMPTS.c.job_id == literal_column("jobs.id"),
+                                ATTEMPTS.c.number == literal_column("jobs.attempt")) \
+        .scalar_subquery().label(column.name)
+
+
+START_COLUMNS = (*(JOBS.c[name] for name in RUN_FIELDS), _of_this_attempt(ATTEMPTS.c.chips),
+                 _of_this_attempt(ATTEMPTS.c.started_over))
 
 
 def start(s: Session, job_id: int, attempt: int, host: str, *, boot_id: str, log_path: str,
@@ -93,7 +112,8 @@ def _gated(stmt: Any, gate: ColumnElement[bool] | None) -> Any:
     return stmt if gate is None else stmt.where(gate)
 
 
-def _new_attempt(job_id: int, number: int, host: str, chips: Sequence[int]) -> Rider:
+def _new_attempt(job_id: int, number: int, host: str, chips: Sequence[int],
+                 started_over: str | None = None) -> Rider:
     cols: dict[str, Any] = {
         "job_id": bindparam("tq_a_job", type_=Integer),
         "number": bindparam("tq_a_number", type_=Integer),
@@ -101,7 +121,8 @@ def _new_attempt(job_id: int, number: int, host: str, chips: Sequence[int]) -> R
         "chips": bindparam("tq_a_chips", type_=ATTEMPTS.c.chips.type),
         "assigned_at": db_now(),
         # the code that assigns (and later starts) it: the database refuses older code's
-        "code_revision": literal(SCHEMA_HEAD, String)}
+        "code_revision": literal(SCHEMA_HEAD, String),
+        "started_over": bindparam("tq_a_over", type_=Text)}
 
     def build(gate: ColumnElement[bool] | None) -> Any:
         if gate is None:
@@ -109,7 +130,8 @@ def _new_attempt(job_id: int, number: int, host: str, chips: Sequence[int]) -> R
         return insert(ATTEMPTS).from_select(list(cols), select(*cols.values()).where(gate))
 
     return Rider("new attempt", build, {"tq_a_job": job_id, "tq_a_number": number,
-                                        "tq_a_host": host, "tq_a_chips": list(chips)})
+                                        "tq_a_host": host, "tq_a_chips": list(chips),
+                                        "tq_a_over": started_over})
 
 
 def _book_chips(job_id: int, attempt: int, host: str, chips: Sequence[int]) -> Rider:
@@ -183,6 +205,14 @@ def renew(s: Session, job_id: int, attempt: int, host: str, lease_s: float) -> L
     return Lease(False) if row is None else Lease(True, row.stop_request)
 
 
+def checkpoint_seen(s: Session, job_id: int, attempt: int) -> None:
+    """The attempt's host-local checkpoint directory holds something (its agent saw it):
+    from now on the job waits for that host when it is requeued (scheduler/policy.py)."""
+    s.execute(update(JOBS).where(JOBS.c.id == job_id, JOBS.c.attempt == attempt,
+                                 JOBS.c.checkpoint_seen_at.is_(None))
+              .values(checkpoint_seen_at=db_now()))
+
+
 def record_progress(s: Session, job_id: int, attempt: int, step: int, at: float,
                     total: int | None = None, eta_at: float | None = None) -> None:
     _attempt_row(s, job_id, attempt, checkpoint_step=step, checkpoint_at=at,
@@ -249,6 +279,16 @@ def finish(s: Session, job_id: int, attempt: int, host: str | None, end: Ending,
     `retry_backoff_s` (Settings.retry_backoff_s) delays a retry after a failure or a
     host error, doubling with each failure; `host_retries` (Settings.host_error_retries)
     host problems in a row requeue the job, the next one fails it."""
+    done = finish_recorded(s, job_id, attempt, host, end, retry_backoff_s=retry_backoff_s,
+                           actor=actor, host_retries=host_retries)
+    return None if done is None else done[0]
+
+
+def finish_recorded(s: Session, job_id: int, attempt: int, host: str | None, end: Ending, *,
+                    retry_backoff_s: float, actor: str = AGENT,
+                    host_retries: int = HOST_RETRIES) -> tuple[JobState, Ending] | None:
+    """As finish(), with the ending as recorded (a stop someone asked for decides how
+    the attempt counts: effective_ending), so whoever reports it says what show says."""
     # locked: a stop request written meanwhile must not be missed (it decides the outcome)
     job = s.execute(select(*_FINISH_COLUMNS).where(JOBS.c.id == job_id)
                     .with_for_update()).first()
@@ -274,7 +314,7 @@ def finish(s: Session, job_id: int, attempt: int, host: str | None, end: Ending,
                     "outcome": end.outcome.value, "exit_code": end.exit_code,
                     "exit_signal": end.exit_signal, "reason": end.reason}),
                 _release_chips(job_id, attempt)])
-    return None if row is None else to
+    return None if row is None else (to, end)
 
 
 # A stop someone asked for decides how the attempt counts, whatever the exit code was:
@@ -347,12 +387,12 @@ def requeue_expired(s: Session, suspects: set[tuple[int, int]], *,
     if not suspects:
         return []
     rows = s.execute(
-        select(Job.id, Job.attempt, Job.host)
+        select(Job.id, Job.attempt, Job.host, Job.workers)
         .where(Job.id.in_(sorted(j for j, _ in suspects)),
                Job.state.in_([A.value, R.value, P.value]), Job.lease_expires_at < db_now())
         .with_for_update(skip_locked=True)
     ).all()
-    done = []
+    done, silent = [], []
     for r in rows:
         if (r.id, r.attempt) not in suspects:
             continue
@@ -360,6 +400,12 @@ def requeue_expired(s: Session, suspects: set[tuple[int, int]], *,
         if finish(s, r.id, r.attempt, r.host, end, retry_backoff_s=retry_backoff_s,
                   actor="reaper", host_retries=host_retries) is not None:
             done.append(r.id)
+            if r.workers is None:  # a slice job's `host` is its slice (gangs.sweep)
+                silent.append(r.host)
+    # the job goes elsewhere, and nothing new goes where it was until that host is heard
+    # from: its heartbeat may still look fresh (TPUQ_HOST_STALE_S is no shorter than a
+    # lease), and a dead host given the job again would cost another whole lease
+    hosts.mark_lost(s, silent)
     return done
 
 

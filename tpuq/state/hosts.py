@@ -72,8 +72,12 @@ class Held:
         s.execute(update(Host).where(self._mine(), Host.disk_low.is_distinct_from(reason))
                   .values(disk_low=reason))
 
-    def stopped(self, s: Session) -> None:
-        s.execute(update(Host).where(self._mine()).values(stopped_at=db_now()))
+    def stopped(self, s: Session, handover_s: float | None = None) -> None:
+        """The agent stops; `handover_s`: it hands over (SIGUSR2), and its running jobs
+        wait this long for a new agent. Either way the host gets no new work."""
+        until = None if handover_s is None else db_now() + handover_s
+        s.execute(update(Host).where(self._mine()).values(stopped_at=db_now(),
+                                                          handover_until=until))
 
 
 WHOLE_HOST = "*"  # an `unavailable` key: the host offers no shape at all, for this reason
@@ -111,6 +115,8 @@ def out_of_service(row: Any, now: float, stale_s: float, min_code: str | None) -
         # the fleet controller saw its VM go: its jobs were requeued at once
         return f"lost: {row.lost_reason}"
     if row.stopped_at is not None:
+        if row.handover_until is not None and now < row.handover_until:
+            return "handed over: its jobs wait for a new agent"
         return "agent stopped"
     if not is_live(row.heartbeat_at, now, stale_s):
         # its agent died or cannot reach the database; its jobs are requeued when their
@@ -122,6 +128,8 @@ def out_of_service(row: Any, now: float, stale_s: float, min_code: str | None) -
         return (f"agent's tpuq is older than the database (schema "
                 f"{row.code_revision or 'before ' + min_code}, needs {min_code}): upgrade "
                 "tpuq on it and hand over (kill -USR2 <agent pid>)")
+    if was_lost(row):
+        return "lost: its leases ran out; no work until it is heard from"
     if row.busy_reason:
         return f"busy: {row.busy_reason}"
     nothing = offers_nothing(getattr(row, "unavailable", None))
@@ -132,6 +140,21 @@ def out_of_service(row: Any, now: float, stale_s: float, min_code: str | None) -
     if row.draining:
         return "draining"
     return None
+
+
+def was_lost(row: Any) -> bool:
+    """The reaper requeued work this host stopped renewing, and it has not beaten since."""
+    return row.lost_at is not None and (row.heartbeat_at is None
+                                        or row.heartbeat_at <= row.lost_at)
+
+
+def mark_lost(s: Session, names: Sequence[str]) -> None:
+    """These hosts stopped renewing the leases of their work (the reaper, a gang's lost
+    worker): they get none until their agent is heard from again (a heartbeat after
+    now). A live agent beats within TPUQ_HEARTBEAT_S and is back at once."""
+    if names:
+        s.execute(update(Host).where(Host.name.in_(sorted(set(names))))
+                  .values(lost_at=db_now()))
 
 
 def _holder_of(row: Host) -> Holder | None:
@@ -148,7 +171,8 @@ def _alive(row: Host, now: float, stale_s: float) -> bool:
 def register(s: Session, held: Held, holder: Holder, *, tpu_type: str | None,
              chips: Sequence[int], boot_id: str, agent_pid: int, stale_s: float,
              seat: tuple[str, int, str] | None = None,
-             unavailable: dict[str, str] | None = None) -> str | None:
+             unavailable: dict[str, str] | None = None,
+             checkpoint_root: str | None = None) -> str | None:
     """Take the host name for `held.instance` at agent start and describe the host.
 
     Raises NameTaken when a live agent on another machine or in another state directory
@@ -164,7 +188,8 @@ def register(s: Session, held: Held, holder: Holder, *, tpu_type: str | None,
               "code_revision": SCHEMA_HEAD,
               # (slice, worker, slice type) of a multi-host slice's worker
               "slice_name": seat[0] if seat else None, "slice_worker": seat[1] if seat else None,
-              "slice_type": seat[2] if seat else None, "unavailable": unavailable or None}
+              "slice_type": seat[2] if seat else None, "unavailable": unavailable or None,
+              "checkpoint_root": checkpoint_root or None, "handover_until": None}
     mod = postgresql if s.get_bind().dialect.name == "postgresql" else sqlite
     inserted = s.execute(mod.insert(Host).values(**values, draining=False)
                          .on_conflict_do_nothing(index_elements=["name"])

@@ -70,6 +70,13 @@ class Job(Base):
     notify_to: Mapped[str | None] = mapped_column(Text)
     # what tpuq dropped from the submitter's environment (TPU variables it owns or clears)
     env_dropped: Mapped[list[str] | None] = mapped_column(JSON)
+    # where its checkpoints live (a path or a gs:// URL) and, when that directory is on
+    # one host's disk only, that host (a slice job's: its slice); set with each assignment
+    checkpoint_dir: Mapped[str | None] = mapped_column(Text)
+    checkpoint_host: Mapped[str | None] = mapped_column(String(128))
+    # when its host's agent first saw that directory hold something (host-local only):
+    # a job whose checkpoints are nothing yet waits for no host
+    checkpoint_seen_at: Mapped[float | None] = mapped_column(Double)
     submitted_at: Mapped[float] = mapped_column(Double)
     updated_at: Mapped[float] = mapped_column(Double)
     ended_at: Mapped[float | None] = mapped_column(Double)
@@ -107,6 +114,9 @@ class Attempt(Base):
     eta_at: Mapped[float | None] = mapped_column(Double)
     # the newest migration of the code that assigned, then started, it (state/versions.py)
     code_revision: Mapped[str | None] = mapped_column(String(32))
+    # why this attempt starts without the job's earlier checkpoints (on a host it cannot
+    # reach); None: it resumes from them, or it is the first
+    started_over: Mapped[str | None] = mapped_column(Text)
 
 
 class JobDep(Base):
@@ -169,6 +179,14 @@ class Host(Base):
     code_revision: Mapped[str | None] = mapped_column(String(32))
     # why the host takes no work for want of disk (its agent's log keeper), or None
     disk_low: Mapped[str | None] = mapped_column(Text)
+    # the shared checkpoint root its agent uses (TPUQ_CHECKPOINT_ROOT); None: under its
+    # own TPUQ_HOME, on this host's disk only
+    checkpoint_root: Mapped[str | None] = mapped_column(Text)
+    # the reaper requeued work whose lease this host stopped renewing: no work for it
+    # until it is heard from again (a heartbeat after this)
+    lost_at: Mapped[float | None] = mapped_column(Double)
+    # its agent handed over (SIGUSR2): its jobs wait for a new agent until then
+    handover_until: Mapped[float | None] = mapped_column(Double)
 
 
 class Allocation(Base):
@@ -232,6 +250,8 @@ class Notification(Base):
     # the destinations (their line numbers in jobs.notify_to) already told: a retry
     # sends only to the others
     sent_to: Mapped[str | None] = mapped_column(String(64))
+    # what the event was about, in the words of its moment (e.g. why a job started over)
+    detail: Mapped[str | None] = mapped_column(Text)
 
 
 class JobFunction(Base):

@@ -55,6 +55,7 @@ def claim(s: Session, host: str, limit: int = 20) -> list[Any]:
               .values(claimed_by=host, claimed_until=now + CLAIM_S))
     return list(s.execute(
         select(NOTES.c.id, NOTES.c.job_id, NOTES.c.event, NOTES.c.tries, NOTES.c.sent_to,
+               NOTES.c.detail,
                # the job's count when the event was written (the job's own may be higher)
                NOTES.c.preemptions.label("count"), *_JOB_COLUMNS)
         .join(JOBS, JOBS.c.id == NOTES.c.job_id)
@@ -91,7 +92,8 @@ def of_jobs(s: Session, job_ids: Sequence[int]) -> dict[int, list[Any]]:
     if not job_ids:
         return {}
     rows = s.execute(select(NOTES.c.job_id, NOTES.c.event, NOTES.c.state, NOTES.c.tries,
-                            NOTES.c.created_at, NOTES.c.sent_at, NOTES.c.last_error)
+                            NOTES.c.created_at, NOTES.c.sent_at, NOTES.c.last_error,
+                            NOTES.c.detail)
                      .where(NOTES.c.job_id.in_(list(job_ids))).order_by(NOTES.c.id)).all()
     out: dict[int, list[Any]] = {}
     for r in rows:

@@ -41,6 +41,12 @@ class Snapshot:
     ends: dict[str, dict[int, float]] = field(default_factory=lambda: defaultdict(dict))
     unmet: dict[int, tuple[int, ...]] = field(default_factory=dict)  # job -> jobs it awaits
     array_running: dict[int, int] = field(default_factory=dict)  # throttled array -> tasks on
+    # host -> (its agent's shared checkpoint root or None, its TPUQ_HOME): where a job's
+    # checkpoints go there (tpuq/checkpoints.py)
+    storage: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
+    draining: set[str] = field(default_factory=set)
+    # a queued job whose checkpoints are on one host's disk -> when its last attempt ended
+    left_home: dict[int, float] = field(default_factory=dict)
 
 
 # Core columns (no ORM layer): this runs after every finished job
@@ -50,11 +56,12 @@ ATTEMPTS = cast(Table, Attempt.__table__)
 TEAMS = cast(Table, Team.__table__)
 QUEUED_COLUMNS = tuple(JOBS.c[n] for n in (
     "id", "team", "owner", "priority", "submitted_at", "chips", "tpu_type", "not_before",
-    "attempt", "time_limit_s", "array_id", "array_throttle", "workers"))
+    "attempt", "time_limit_s", "array_id", "array_throttle", "workers", "checkpoint_dir",
+    "checkpoint_host", "checkpoint_seen_at"))
 HOST_COLUMNS = tuple(cast(Table, Host.__table__).c[n] for n in (
     "name", "tpu_type", "chips", "heartbeat_at", "draining", "busy_reason", "stopped_at",
     "slice_name", "slice_worker", "slice_type", "unavailable", "lost_reason",
-    "code_revision", "disk_low"))
+    "code_revision", "disk_low", "lost_at", "handover_until", "checkpoint_root", "home"))
 
 
 def read(s: Session, host_stale_s: float, half_life_h: float,
@@ -77,10 +84,16 @@ def read(s: Session, host_stale_s: float, half_life_h: float,
             (h.slice_name, h.slice_worker or 0, h.slice_type)
         snap.hosts.append((h.name, h.tpu_type, tuple(h.chips), why, member,
                            hosts.withheld(h.unavailable)))
+        snap.storage[h.name] = (h.checkpoint_root, h.home)
+        if h.draining:
+            snap.draining.add(h.name)
         if h.booked:
             snap.used[h.name].update(h.booked)
     if snap.queued:
         snap.unmet = deps.unmet(s)
+        if any(r.checkpoint_seen_at is not None and r.checkpoint_host is not None
+               for r in snap.queued):
+            snap.left_home = _left_home(s)
         throttled = {r.array_id for r in snap.queued if r.array_throttle is not None}
         if throttled:
             snap.array_running = _array_running(s, throttled)
@@ -93,6 +106,16 @@ def read(s: Session, host_stale_s: float, half_life_h: float,
     periods = {name: t.budget_period for name, t in snap.teams.items()}
     snap.usage = usage if usage is not None else usage_mod.usage(s, now, half_life_h, periods)
     return snap
+
+
+def _left_home(s: Session) -> dict[int, float]:
+    """Queued jobs whose checkpoints are on one host's disk: when their last attempt
+    ended (they wait for that host a bounded time from then)."""
+    q = (select(JOBS.c.id, ATTEMPTS.c.ended_at)
+         .join(ATTEMPTS, (ATTEMPTS.c.job_id == JOBS.c.id) & (ATTEMPTS.c.number == JOBS.c.attempt))
+         .where(JOBS.c.state == JobState.QUEUED.value, JOBS.c.checkpoint_host.is_not(None),
+                JOBS.c.checkpoint_seen_at.is_not(None)))
+    return {int(i): float(at) for i, at in s.execute(q) if at is not None}
 
 
 def _array_running(s: Session, arrays: set[int]) -> dict[int, int]:

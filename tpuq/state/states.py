@@ -85,8 +85,12 @@ class StopRequest(str, Enum):
     PREEMPT = "preempt"
     TIMEOUT = "timeout"
     # one worker of a slice job ended or was lost: the others stop; how the attempt
-    # counts is decided from the workers' ends (state/gangs.py), not from this request
+    # counts is decided from the workers' ends (state/gangs.py), not from this request.
+    # GANG: it ended asking to be run again (exit 75), with the others saving together:
+    # they get the job's grace. BROKEN: it was lost or failed, and no collective (a save
+    # included) can complete without it: they get TPUQ_GANG_STOP_S.
     GANG = "gang"
+    BROKEN = "broken"
 
     def __str__(self) -> str:
         return self.value

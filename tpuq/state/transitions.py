@@ -147,9 +147,12 @@ def transition_returning(
     return row
 
 
-# the words of spec.NOTIFY_EVENTS that ask to hear of each event (a new state, or a preemption)
+# the words of spec.NOTIFY_EVENTS that ask to hear of each event (a new state, a
+# preemption, or an attempt that starts over: its checkpoints are on a host it cannot
+# reach, which whoever asked to hear of anything wants to know)
 _TOLD = {"succeeded": ("end",), "cancelled": ("end",), "failed": ("end", "fail"),
-         "timeout": ("end", "fail"), "preempted": ("preempt",)}
+         "timeout": ("end", "fail"), "preempted": ("preempt",),
+         "restarted": ("end", "fail", "preempt")}
 
 
 def _notification(to: JobState, values: Mapping[str, Any]) -> Rider | None:
@@ -163,7 +166,15 @@ def _notification(to: JobState, values: Mapping[str, Any]) -> Rider | None:
         event = "preempted"
     else:
         return None
-    return Rider(("notify", event), _notify_builder(event), {"tq_n_count": count})
+    return Rider(("notify", event), _notify_builder(event),
+                 {"tq_n_count": count, "tq_n_detail": None})
+
+
+def notification_rider(event: str, detail: str) -> Rider:
+    """The outbox row of an event that is not a state change (`restarted`), told with
+    `detail`, if the transition it rides on happens and the owner asked to hear of it."""
+    return Rider(("notify", event), _notify_builder(event),
+                 {"tq_n_count": None, "tq_n_detail": detail})
 
 
 @cache
@@ -173,7 +184,8 @@ def _notify_builder(event: str) -> Callable[[ColumnElement[bool] | None], Any]:
     words = _TOLD[event]
     cols: dict[str, Any] = {
         "job_id": JOBS.c.id, "event": literal(event, String),
-        "preemptions": bindparam("tq_n_count", type_=Integer), "created_at": db_now(),
+        "preemptions": bindparam("tq_n_count", type_=Integer),
+        "detail": bindparam("tq_n_detail", type_=Text), "created_at": db_now(),
         "state": literal("pending", String), "tries": literal(0, Integer), "next_at": db_now()}
     wanted = select(*cols.values()).where(
         JOBS.c.id == bindparam("tq_job"), or_(*(JOBS.c.notify.contains(w) for w in words)))
