@@ -319,7 +319,7 @@ def _config_file(environ: dict[str, str]) -> Path:
     return Path(home) / "config.toml"
 
 
-def _toml() -> Any:
+def toml_reader() -> Any:
     """The TOML reader: the standard library's from Python 3.11, `tomli` (the same code,
     a dependency for older Pythons) on 3.10, which TPU VM images (Ubuntu 22.04) run."""
     if sys.version_info >= (3, 11):
@@ -350,7 +350,7 @@ def load_with_sources(environ: dict[str, str] | None = None
         raise SettingsError(f"cannot read config file {path}: {e.strerror} "
                             f"(set {ENV['home']} or {CONFIG_ENV})") from None
     if present:
-        toml = _toml()
+        toml = toml_reader()
         try:
             data = toml.loads(path.read_text(encoding="utf-8"))
         except UnicodeDecodeError:

@@ -8,11 +8,11 @@ SQLAlchemy, no Google client.
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tpuq.settings import toml_reader
 from tpuq.shapes import host_chips, slice_hosts, type_error
 from tpuq.spec import SpecError, parse_duration
 
@@ -90,10 +90,7 @@ class FleetFile:
 
 def load(path: str) -> FleetFile:
     """Read and check a fleet file; SpecError names the file and what is wrong."""
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - Python 3.10 on TPU VM images
-        import tomli as tomllib
+    tomllib = toml_reader()
     try:
         with open(path, "rb") as f:
             data = tomllib.load(f)
