@@ -109,3 +109,11 @@ def test_every_command_shown_parses(page: Path, command: str):
             check([*argv, "VALUE"])
     except (click.UsageError, AssertionError) as e:
         raise AssertionError(f"{page.relative_to(ROOT)}: `{command}`: {e}") from None
+
+
+def test_the_manual_index_lists_every_page():
+    index = text(ROOT / "docs" / "index.md")
+    pages = sorted((ROOT / "docs").rglob("*.md"))
+    missing = [str(p.relative_to(ROOT / "docs")) for p in pages
+               if p.name != "index.md" and f"({p.relative_to(ROOT / 'docs')})" not in index]
+    assert not missing, f"docs/index.md does not link {missing}"
