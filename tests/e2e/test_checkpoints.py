@@ -118,7 +118,9 @@ def test_host_local_checkpoints_not_back_in_time_start_over_elsewhere_and_say_so
         team_stack, tmp_path, reference_hash):
     from tests.fakes.receivers import webhook
 
-    team_stack.extra.update(TPUQ_CHECKPOINT_WAIT_S="2", TPUQ_NOTIFY_POLL_S="0.1")
+    # the receiver below listens on loopback, which destinations refuse unless allowed
+    team_stack.extra.update(TPUQ_CHECKPOINT_WAIT_S="2", TPUQ_NOTIFY_POLL_S="0.1",
+                            TPUQ_NOTIFY_ALLOW="127.0.0.1")
     a, b, homes = two_hosts(team_stack, tmp_path)
     team_stack.start_agent(b, **homes["tpu-b"])
     with webhook() as (hook, port):
