@@ -100,6 +100,9 @@ class Stack:
             "TPUQ_HOME": str(self.home), "TPUQ_HEARTBEAT_S": "0.5", "TPUQ_POLL_S": "0.5",
             "TPUQ_LEASE_S": "3", "TPUQ_HOST_STALE_S": "5", "TPUQ_RETRY_BACKOFF_S": "0.2",
             "TPUQ_USER": "tester", "JAX_PLATFORMS": "cpu",
+            # tables wide enough for whole reasons: they quote temporary paths, which are
+            # longer under pytest-xdist (popen-gwN); tests/cli checks the cut at 80 columns
+            "COLUMNS": "400",
         })
         env.update(self.extra)
         if host is not None:

@@ -85,17 +85,21 @@ def test_lock_file_held_by_live_process_is_never_removed(stack, host):
 
 def test_agent_sigkill_and_restart_costs_the_running_job_nothing(stack, host, tmp_path):
     """The job's parent is its keeper: the agent dies, the job runs on, and the agent
-    that comes back adopts it. One attempt, one run, and the queue behind it after."""
-    agent = stack.start_agent(host)
+    that comes back adopts it. One attempt, one run, and the queue behind it after.
+    The lease outlasts a restart on a loaded machine: a keeper whose lease runs out
+    unrenewed stops its job, as it must (test_fencing.py)."""
+    slow_restart = {"TPUQ_LEASE_S": "30", "TPUQ_HOST_STALE_S": "30"}
+    agent = stack.start_agent(host, **slow_restart)
     out, gate = tmp_path / "record.txt", tmp_path / "gate"
     first = stack.submit(*fixture_cmd("record.py", out, gate))
     rest = [stack.submit(*fixture_cmd("record.py", out, 0.2)) for _ in range(3)]
     running = stack.wait_process(first)
     agent.kill()
     assert is_same_process(running.pid, running.proc_start), "the job outlives its agent"
-    stack.start_agent(host)
+    stack.start_agent(host, **slow_restart)
     wait_for(lambda: "adopted from its keeper" in stack.agents[0].log_since_start(), 15,
-             "the new agent to adopt the running job")
+             "the new agent to adopt the running job",
+             on_timeout=lambda: stack.agents[0].log_since_start()[-3000:])
     assert is_same_process(running.pid, running.proc_start), "adopted, not killed"
     gate.touch()
     job = stack.wait_state(first, "succeeded")
