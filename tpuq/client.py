@@ -50,6 +50,8 @@ class Client:
             reply = localclient.call(cfg.socket_path, req)
         except localclient.AgentUnavailable:
             pass  # nothing was carried out: ask the database directly
+        except localclient.AgentSkew as e:  # its message says what was done
+            raise ClientError(Failure.UNAVAILABLE, str(e)) from None
         except localclient.AgentNoAnswer as e:
             raise ClientError(Failure.UNAVAILABLE, f"{e}: it may or may not have been "
                               "carried out (see `tpuq status --mine`)") from None

@@ -21,6 +21,11 @@ class AgentUnavailable(OSError):
     request was not carried out, so the caller may do it another way."""
 
 
+class AgentSkew(OSError):
+    """The agent speaks another version of the socket's protocol: the message says
+    whether the request was carried out, and what to upgrade."""
+
+
 class AgentNoAnswer(OSError):
     """The request reached an agent but no answer came back: it may have been carried
     out (a submit committed just before the agent died), so it must not be redone."""
@@ -49,6 +54,8 @@ def call(path: str, request: Request, timeout: float = 30.0) -> Reply:
         raise AgentNoAnswer(f"the agent at {path} closed the connection without answering")
     try:
         reply = protocol.decode_reply(b"".join(chunks))
+    except protocol.SkewError as e:
+        raise AgentSkew(f"{path}: {e}") from None
     except protocol.ProtocolError:
         raise AgentNoAnswer(f"the agent at {path} answered garbled") from None
     if isinstance(reply, Refusal) and reply.kind is Failure.OTHER_DEPLOYMENT:

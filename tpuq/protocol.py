@@ -32,9 +32,28 @@ else:
 MAX_MESSAGE = 1024 * 1024  # bytes of one request or reply
 MAX_DEPTH = 32  # nesting of JSON containers in a request
 
+# The socket's language has a number, carried as "v" by every request and reply. An agent
+# serves requests of OLDEST..PROTOCOL and refuses others in one line that names both
+# numbers; a client that cannot read a reply of another number says it was carried out.
+# 1 is the language from before the number was exchanged (no "v"): such an agent refuses
+# any request that has one, and such a client any reply that has one, so both hear it
+# without "v". Raise PROTOCOL when a message changes shape; while OLDEST < PROTOCOL, an
+# agent's replies must stay readable by OLDEST's clients (docs/upgrading.md).
+PROTOCOL = 2
+OLDEST = 2
+UNVERSIONED = 1
+
 
 class ProtocolError(ValueError):
     """Bytes that are not a well-formed message; the text says what is wrong."""
+
+
+class SkewError(ProtocolError):
+    """A message of a protocol this side does not speak; `version` is the other side's."""
+
+    def __init__(self, message: str, version: int) -> None:
+        super().__init__(message)
+        self.version = version
 
 
 M = TypeVar("M", bound="Message")
@@ -436,9 +455,12 @@ REPLIES: dict[str, type[Reply]] = {cls.NAME: cls for cls in (
 
 
 # ---- encoding ---------------------------------------------------------------------------------
-def encode(msg: Request | Reply) -> bytes:
+def encode(msg: Request | Reply, version: int = PROTOCOL) -> bytes:
+    """`version`: the language of the side that reads it (UNVERSIONED: no "v")."""
     body = {name: _plain(value) for name, value in msg.as_dict().items()}
-    tag = {"op": msg.OP} if isinstance(msg, Request) else {"reply": msg.NAME}
+    tag: dict[str, Any] = {"op": msg.OP} if isinstance(msg, Request) else {"reply": msg.NAME}
+    if version != UNVERSIONED:
+        tag["v"] = version
     return json.dumps({**tag, **body}, allow_nan=False, default=str).encode()
 
 
@@ -447,7 +469,18 @@ def _plain(value: Any) -> Any:
 
 
 def decode_request(raw: bytes) -> Request:
+    """SkewError for a client whose language this agent does not serve."""
     data = _object(raw)
+    version = _version(data)
+    if not OLDEST <= version <= PROTOCOL:
+        newer = version > PROTOCOL
+        raise SkewError(
+            f"this tpuq speaks socket protocol {version}, this host's agent "
+            f"{OLDEST}..{PROTOCOL}: nothing was done; "
+            + ("upgrade the agent (docs/upgrading.md), or use a tpuq as old as it"
+               if newer else
+               "upgrade tpuq where you ran it to the agent's version (docs/upgrading.md)"),
+            version)
     op = data.pop("op", None)
     cls = REQUESTS.get(op) if isinstance(op, str) else None
     if cls is None:
@@ -456,12 +489,35 @@ def decode_request(raw: bytes) -> Request:
 
 
 def decode_reply(raw: bytes) -> Reply:
+    """SkewError for an agent of another language: one from before the number was
+    exchanged (it refused the request unread), or one whose reply this cannot read."""
     data = _object(raw)
+    version = _version(data)
+    if version == UNVERSIONED:
+        raise SkewError(f"this host's agent is older than this tpuq (socket protocol "
+                        f"{UNVERSIONED}, this tpuq {PROTOCOL}) and refused the request "
+                        "unread: nothing was done; upgrade the agent (docs/upgrading.md), "
+                        "or use the agent's own tpuq", version)
     name = data.pop("reply", None)
     cls = REPLIES.get(name) if isinstance(name, str) else None
-    if cls is None:
-        raise ProtocolError(f"unknown reply {_short(name)}")
-    return _build(cls, data)
+    try:
+        if cls is None:
+            raise ProtocolError(f"unknown reply {_short(name)}")
+        return _build(cls, data)
+    except ProtocolError as e:
+        if version == PROTOCOL:
+            raise
+        raise SkewError(f"this host's agent speaks socket protocol {version}, this tpuq "
+                        f"{PROTOCOL}: it carried the request out, but its answer is not one "
+                        f"this tpuq can read ({e}); see `tpuq status --mine`, and use a tpuq "
+                        "of the agent's version (docs/upgrading.md)", version) from None
+
+
+def _version(data: dict[str, Any]) -> int:
+    version = data.pop("v", UNVERSIONED)
+    if not _is_int(version) or version < UNVERSIONED:
+        raise ProtocolError(f"v: not a protocol number: {_short(version)}")
+    return int(version)
 
 
 def _short(value: Any) -> str:

@@ -123,7 +123,7 @@ def requests(draw: st.DrawFn) -> bytes:
     op = draw(st.sampled_from([*protocol.REQUESTS, "nope"]))
     cls = protocol.REQUESTS.get(op)
     fields = [f for f in getattr(cls, "__dataclass_fields__", {})]
-    body: dict[str, Any] = {"op": op}
+    body: dict[str, Any] = {"op": op, "v": protocol.PROTOCOL}
     for name in draw(st.lists(st.sampled_from(fields or ["x"]), unique=True, max_size=5)):
         body[name] = draw(values)
     if kind == 4 and op == "submit":

@@ -192,3 +192,42 @@ def test_an_agent_whose_code_the_schema_no_longer_admits_stops_acting_but_keeps_
     gate.touch()
     job = stack.wait_state(running, "succeeded")
     assert job.attempt == 1 and starts_and_ends(out) == [("start", running), ("end", running)]
+
+
+def jobs_in(s: Stack) -> int:
+    with s.db.engine.connect() as c:
+        return int(c.execute(text("SELECT count(*) FROM jobs")).scalar_one())
+
+
+def one_line(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    return lines[0]
+
+
+@pytest.mark.embedded_only
+def test_a_tpuq_newer_than_its_agent_is_told_so_and_nothing_is_done(
+        stack: Stack, host: FakeHost, previous: list[str]) -> None:
+    """Today's CLI through the socket of the previous release's agent (whose protocol
+    carried no version): one line naming both, and no job."""
+    stack.start_agent(host, command=previous)
+    r = stack.tpuq("submit", "--", "/bin/true", check=False)
+    line = one_line(r.stderr)
+    assert r.returncode == 1, r.stderr
+    assert "agent is older than this tpuq (socket protocol 1, this tpuq 2)" in line, line
+    assert "nothing was done" in line and "upgrade the agent" in line, line
+    assert jobs_in(stack) == 0
+
+
+@pytest.mark.embedded_only
+def test_a_tpuq_older_than_its_agent_is_refused_in_one_line_and_nothing_is_done(
+        stack: Stack, host: FakeHost, previous: list[str]) -> None:
+    """The previous release's CLI through today's agent's socket: refused in a reply it
+    can read (no garbled answer, no "may or may not"), and no job."""
+    stack.start_agent(host)
+    r = stack.tpuq("submit", "--", "/bin/true", check=False, command=previous)
+    line = one_line(r.stderr)
+    assert r.returncode != 0 and "garbled" not in line and "may or may not" not in line, line
+    assert "this tpuq speaks socket protocol 1, this host's agent 2..2: nothing was done" \
+        in line and "upgrade tpuq where you ran it" in line, line
+    assert jobs_in(stack) == 0

@@ -14,6 +14,7 @@ import pytest
 
 from tests.harness import wait_for
 from tests.security.conftest import Account, user_env
+from tpuq.protocol import PROTOCOL
 
 SLEEPER = ["--", "/bin/sh", "-c", "echo ready; sleep 300"]
 
@@ -142,7 +143,7 @@ def test_bad_specs_over_the_socket_are_refused_and_harm_nobody(shared, people):
            '"grace_s": 1e999', '"time_limit_s": -1', f'"name": "{"n" * 100_000}"',
            '"chips": true', '"team": "a b"', '"env": {"A": 1}', '"max_retries": 1000000',
            '"cwd": "relative"', '"stop_signal": []']
-    requests = [f'{{"op": "submit", "spec": {{{good}, "owner": "x", {change}}}}}'
+    requests = [f'{{"op": "submit", "v": {PROTOCOL}, "spec": {{{good}, "owner": "x", {change}}}}}'
                 for change in bad]
     code = ("import json, socket, sys\n"
             "for line in sys.stdin:\n"

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from tpuq import protocol
-from tpuq.protocol import Failure, Refusal, Reply, Request
+from tpuq.protocol import PROTOCOL, Failure, Refusal, Reply, Request
 
 log = logging.getLogger("tpuq.agent")
 Handler = Callable[[Request, int], Reply]
@@ -97,10 +97,10 @@ class LocalSocketServer:
     def _answer(self, conn: socket.socket, uid: int) -> None:
         try:
             with conn:
-                reply = self._reply(conn, uid)
+                reply, version = self._reply(conn, uid)
                 try:
                     conn.settimeout(READ_TIMEOUT_S)
-                    conn.sendall(protocol.encode(reply), _SEND_FLAGS)
+                    conn.sendall(protocol.encode(reply, version), _SEND_FLAGS)
                 except OSError:
                     pass  # the client hung up or stopped reading: its loss alone
         finally:
@@ -110,16 +110,20 @@ class LocalSocketServer:
                     del self._per_uid[uid]
             self._slots.release()
 
-    def _reply(self, conn: socket.socket, uid: int) -> Reply:
+    def _reply(self, conn: socket.socket, uid: int) -> tuple[Reply, int]:
+        """The reply, and the protocol to write it in (the client's, for a refusal of
+        its version: a client from before versions reads no "v")."""
         try:
             request = protocol.decode_request(_read_request(conn, time.monotonic() + READ_TIMEOUT_S))
+        except protocol.SkewError as e:
+            return Refusal(kind=Failure.BAD_REQUEST, error=str(e)), min(e.version, PROTOCOL)
         except (OSError, ValueError) as e:  # slow, oversized or garbled: the client's doing
-            return Refusal(kind=Failure.BAD_REQUEST, error=f"bad request: {e}")
+            return Refusal(kind=Failure.BAD_REQUEST, error=f"bad request: {e}"), PROTOCOL
         try:
-            return self.handler(request, uid)
+            return self.handler(request, uid), PROTOCOL
         except Exception as e:  # noqa: BLE001 - answer every request, log the bug
             log.exception("local request failed")
-            return Refusal(kind=Failure.AGENT_ERROR, error=f"agent error: {e}")
+            return Refusal(kind=Failure.AGENT_ERROR, error=f"agent error: {e}"), PROTOCOL
 
 
 def _read_request(conn: socket.socket, deadline: float) -> bytes:

@@ -67,7 +67,7 @@ def clean_here(cfg: settings_mod.Settings) -> dict[str, Any]:
     except localclient.AgentUnavailable:
         report = cleanup.free_tpu(cfg, cleanup.tpu_paths(cfg))
         return {"via": "direct", "host": cfg.host, "report": report.as_dict()}
-    except localclient.AgentNoAnswer as e:
+    except (localclient.AgentNoAnswer, localclient.AgentSkew) as e:
         raise CleanError(str(e)) from None
     if isinstance(reply, Refusal):
         raise CleanError(f"the agent refused: {reply.error}")
