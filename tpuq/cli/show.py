@@ -80,6 +80,10 @@ def _spec_text(job: dict[str, Any]) -> str:
     if job.get("env_dropped"):
         lines.append(f"  dropped   {', '.join(job['env_dropped'])} (TPU variables tpuq sets "
                      "or clears for each job; docs/tpu-vm.md)")
+    if job.get("begin_at"):
+        lines.append(f"  begin     {render.clock(job['begin_at'])} (--begin)")
+    if job.get("output"):
+        lines.append(f"  output    {job['output']} (--output, written as {job['owner']})")
     if job.get("array_tasks"):
         tasks = job["array_tasks"]
         lines.append(f"  array     {job['id']}: task {job['array_index']} of "
