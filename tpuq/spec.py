@@ -51,8 +51,9 @@ MAX_RETRIES = 100
 MAX_ID = 2**63 - 1
 # what a job's owner may hear of: `end` (any end), `fail` (failed or timed out),
 # `preempt` (preempted more than TPUQ_NOTIFY_PREEMPTS times, told once)
-# `start` (each attempt that starts running)
-NOTIFY_EVENTS = ("start", "end", "fail", "preempt")
+# `start` (each attempt that starts running): only when named, `all` is what became of it
+NOTIFY_EVENTS = ("end", "fail", "preempt", "start")
+NOTIFY_ALL = ("end", "fail", "preempt")
 MAX_NOTIFY_URLS = 16
 MAX_NOTIFY_URL = 2048
 _NOTIFY_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+\Z")
@@ -314,7 +315,7 @@ def notify_fields(events: Any, urls: Any) -> tuple[str | None, str | None]:
     if words == {"none"}:
         return None, None
     if "all" in words:
-        words = (words - {"all"}) | set(NOTIFY_EVENTS)
+        words = (words - {"all"}) | set(NOTIFY_ALL)
     unknown = sorted(words - set(NOTIFY_EVENTS))
     if unknown:
         raise SpecError(f"--notify {_shown(unknown[0])}: one or more of "

@@ -111,10 +111,12 @@ def build_command(args: tuple[str, ...], python: str | None) -> list[str]:
 @click.option("--args-file", type=click.File("r"), metavar="FILE",
               help="Queue one task per line of FILE, the line's words appended to the "
                    "command (TPUQ_ARRAY_INDEX = the line's number from 0; # comments).")
-@click.option("--notify", "notify", metavar="end|fail|preempt|all|none", envvar="TPUQ_NOTIFY",
-              help="Tell me when the job ends, fails (or times out), or is preempted more "
-                   "than TPUQ_NOTIFY_PREEMPTS times; comma separated (default: notify in the "
-                   "config file; end when only a destination is given).")
+@click.option("--notify", "notify", metavar="end|fail|preempt|start|all|none",
+              envvar="TPUQ_NOTIFY",
+              help="Tell me when the job ends, fails (or times out), is preempted more "
+                   "than TPUQ_NOTIFY_PREEMPTS times, or starts (each attempt); comma "
+                   "separated; all = end,fail,preempt (default: notify in the config file; "
+                   "end when only a destination is given).")
 @click.option("--notify-to", "notify_to", multiple=True, metavar="URL", envvar="TPUQ_NOTIFY_TO",
               help="Where to tell: an Apprise URL, e.g. mailto://user:pass@example.org, "
                    "slack://A/B/C, discord://ID/TOKEN, json://host/path (default: notify_to "
