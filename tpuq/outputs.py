@@ -17,26 +17,25 @@ import socket
 import stat
 from collections.abc import Sequence
 
-from tpuq.spec import SpecError
-
 _ESCAPE = re.compile(r"%(.)", re.DOTALL)
 KNOWN = "jaAux%"
 MAX_LINKS = 40  # symbolic links followed in one path (the kernel's own limit)
 
 
-def check_template(path: str) -> str:
-    """An absolute path whose `%` escapes are known ones; SpecError otherwise."""
+def template_error(path: str) -> str | None:
+    """What is wrong with an --output path (None: an absolute path whose `%` escapes are
+    known ones); the spec's validator says it as a SpecError."""
     if not path.startswith("/"):
-        raise SpecError(f"--output {path!r} must be an absolute path")
+        return f"--output {path!r} must be an absolute path"
     for m in _ESCAPE.finditer(path):
         if m.group(1) not in KNOWN:
-            raise SpecError(f"--output {path!r}: %{m.group(1)} is not one of %j (job id), "
-                            "%a (array index), %A (array id), %u (owner), %x (name), %%")
-    if path.endswith("%") and not path.endswith("%%"):
-        raise SpecError(f"--output {path!r} ends with a lone %")
+            return (f"--output {path!r}: %{m.group(1)} is not one of %j (job id), "
+                    "%a (array index), %A (array id), %u (owner), %x (name), %%")
+    if re.search(r"(?<!%)(%%)*%\Z", path):
+        return f"--output {path!r} ends with a lone %"
     if path.endswith("/"):
-        raise SpecError(f"--output {path!r} names a directory; give a file name")
-    return path
+        return f"--output {path!r} names a directory; give a file name"
+    return None
 
 
 def expand(template: str, job_id: int, array_id: int | None, index: int | None,

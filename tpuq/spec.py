@@ -143,9 +143,12 @@ class JobSpec:
         if self.begin_at is not None:
             self.begin_at = _seconds(self.begin_at, "--begin", 0.0, MAX_EPOCH)
         if self.output is not None:
-            from tpuq.outputs import check_template
+            from tpuq.outputs import template_error
 
-            self.output = check_template(_text(self.output, "--output", MAX_PATH))
+            self.output = _text(self.output, "--output", MAX_PATH)
+            wrong = template_error(self.output)
+            if wrong:
+                raise SpecError(wrong)
         self.option_sources = _sources(self.option_sources)
         return self
 
