@@ -37,7 +37,7 @@ def test_after_and_wait_of_an_array_mean_every_task_and_id_n_one(stack, host, tm
     assert stack.job(whole).state == "queued", "task 0 (the array's id) alone is not enough"
     assert waiter.poll() is None, "`tpuq wait ARRAY` waits for every task"
     shown = stack.tpuq("show", str(whole)).stdout
-    assert f"after     array {array} (every task: 3), 2 not yet (must have succeeded)" \
+    assert f"after     array {array} (all 3 tasks), 2 not yet (must have succeeded)" \
         in shown, shown
     assert f"after     task {array}_0 (job {array}), succeeded" in \
         stack.tpuq("show", str(one)).stdout

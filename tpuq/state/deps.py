@@ -123,18 +123,20 @@ def of_job(s: Session, job_id: int) -> list[dict[str, object]]:
         if r.array_id is not None:
             grouped[(r.array_id, r.kind)].append(r)
     out: list[dict[str, object]] = []
+    told: set[tuple[int, str]] = set()  # whole arrays already said (rows come by id)
     for r in rows:
-        unmet = int(_unmet(r.kind, r.state))
-        whole = r.array_id is not None and len(grouped[(r.array_id, r.kind)]) == sizes.get(
-            r.array_id) and len(grouped[(r.array_id, r.kind)]) > 1
-        if whole and r.after_id != min(x.after_id for x in grouped[(r.array_id, r.kind)]):
+        key = (r.array_id, r.kind)
+        members = grouped.get(key, [])
+        if r.array_id is not None and len(members) > 1 and len(members) == sizes.get(
+                r.array_id):
+            if key not in told:
+                told.add(key)
+                out.append({"array": r.array_id, "tasks": len(members), "kind": r.kind,
+                            "unmet": sum(_unmet(m.kind, m.state) for m in members),
+                            "says": f"array {r.array_id} (all {len(members)} tasks)"})
             continue
-        if whole:
-            members = grouped[(r.array_id, r.kind)]
-            out.append({"array": r.array_id, "tasks": len(members), "kind": r.kind,
-                        "unmet": sum(_unmet(m.kind, m.state) for m in members),
-                        "says": f"array {r.array_id} (every task: {len(members)})"})
-        elif r.array_id is not None:
+        unmet = int(_unmet(r.kind, r.state))
+        if r.array_id is not None:
             out.append({"job": r.after_id, "task": f"{r.array_id}_{r.array_index}",
                         "kind": r.kind, "unmet": unmet, "state": r.state,
                         "says": f"task {r.array_id}_{r.array_index} (job {r.after_id}), "
