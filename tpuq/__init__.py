@@ -22,7 +22,10 @@ Leaf modules, stdlib only, used by every layer:
 
 - `settings.py`    every setting and its environment variable, in one place
 - `spec.py`        what a person submits, and its validation
-- `arrays.py`      job arrays: the `--array` syntax, one spec per task
+- `arrays.py`      job arrays: the `--array` syntax, one spec per task, `ID_N` refs
+- `begin.py`       `--begin` times as SLURM reads them (22:00, +2h, ISO dates)
+- `directives.py`  `#TPUQ` lines at the top of a script: submit options
+- `outputs.py`     `--output` names (%j, %a) and opening that file as the job's owner
 - `shapes.py`      which chip counts a host offers, and libtpu's bounds for each
 - `jobenv.py`      the environment a job sees: every variable tpuq sets or removes
 - `checkpoints.py` where a job's checkpoints live (a shared root, or one host's disk)

@@ -45,6 +45,22 @@ def parse(text: str) -> tuple[list[int], int | None]:
     return indices, limit
 
 
+_REF = re.compile(r"#?(\d{1,19})(?:_(\d{1,19}))?\Z")
+
+
+def parse_ref(text: str) -> tuple[int, int | None]:
+    """A job as SLURM names it: `12` (a job, or every task of array 12) -> (12, None);
+    `54_2` (task 2 of array 54) -> (54, 2). SpecError for anything else."""
+    from tpuq.spec import MAX_ID
+
+    m = _REF.match(text.strip())
+    if not m or not 1 <= int(m.group(1)) <= MAX_ID or \
+            (m.group(2) is not None and int(m.group(2)) > MAX_ID):
+        raise SpecError(f"{text!r} is not a job id (12), an array's (54) or an array "
+                        "task's (54_2)")
+    return int(m.group(1)), None if m.group(2) is None else int(m.group(2))
+
+
 def compress(indices: list[int]) -> str:
     """[3, 4, 5, 9] -> "3-5,9" (how status shows the tasks of an array that wait)."""
     out: list[str] = []

@@ -136,8 +136,11 @@ class Submit(Request):
     MUTATES: ClassVar[bool] = True
     spec: dict[str, Any] = {}
     held: bool = False
-    after: list[int] = []  # start only once these succeeded
+    after: list[int] = []  # start only once these succeeded (an array's id: every task)
     after_any: list[int] = []  # start only once these ended, however
+    # tasks of arrays by [array id, index] (`--after 54_2`): that one task
+    after_tasks: list[list[int]] = []
+    after_any_tasks: list[list[int]] = []
     array: list[int] = []  # an array: one task per index (TPUQ_ARRAY_INDEX), one transaction
     array_args: list[list[str]] = []  # --args-file: each task's extra arguments, by index
     throttle: int | None = None  # at most this many tasks of the array run at once
@@ -618,6 +621,7 @@ _CHECKS: dict[str, Callable[[Any], bool]] = {
     "list[int]": _list_of(_is_int),
     "list[str]": _list_of(lambda v: isinstance(v, str)),
     "list[list[str]]": _list_of(_list_of(lambda v: isinstance(v, str))),
+    "list[list[int]]": _list_of(_list_of(_is_int)),
     "list[dict[str, Any]]": _list_of(lambda v: isinstance(v, dict)),
     "Failure": lambda v: v in {f.value for f in Failure},
     "Action": lambda v: v in {a.value for a in Action},

@@ -26,8 +26,11 @@ from tpuq.shapes import canonical, slice_hosts
 SPEC_FIELDS = (
     "command", "cwd", "env", "owner", "team", "name", "priority", "chips", "tpu_type",
     "stop_signal", "grace_s", "time_limit_s", "max_retries", "requeue_on_preempt",
-    "tcmalloc", "resubmit_of", "notify", "notify_to", "env_dropped",
+    "tcmalloc", "resubmit_of", "notify", "notify_to", "env_dropped", "begin_at", "output",
+    "option_sources",
 )
+# fields sent only when set: an agent of the release before them still takes the spec
+LATER_FIELDS = ("begin_at", "output", "option_sources")
 
 # What fits the columns (state/models.py) and what a sane job asks for.
 MAX_NAME = 200
@@ -48,7 +51,9 @@ MAX_RETRIES = 100
 MAX_ID = 2**63 - 1
 # what a job's owner may hear of: `end` (any end), `fail` (failed or timed out),
 # `preempt` (preempted more than TPUQ_NOTIFY_PREEMPTS times, told once)
-NOTIFY_EVENTS = ("end", "fail", "preempt")
+# `start` (each attempt that starts running): only when named, `all` is what became of it
+NOTIFY_EVENTS = ("end", "fail", "preempt", "start")
+NOTIFY_ALL = ("end", "fail", "preempt")
 MAX_NOTIFY_URLS = 16
 MAX_NOTIFY_URL = 2048
 _NOTIFY_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+\Z")
@@ -89,6 +94,9 @@ class JobSpec:
     notify_to: str | None = None  # Apprise URLs, one per line
     # TPU variables of the submitter's shell tpuq sets or clears (jobenv.dropped)
     env_dropped: list[str] | None = None
+    begin_at: float | None = None  # --begin: not started before (epoch seconds)
+    output: str | None = None  # --output: also written here, as its owner (outputs.py)
+    option_sources: dict[str, str] | None = None  # option -> where it came from
 
     def validate(self) -> JobSpec:
         """Check every field's type, range and length; SpecError says what is wrong."""
@@ -132,10 +140,24 @@ class JobSpec:
             self.resubmit_of = _int(self.resubmit_of, "resubmit_of", 1, MAX_ID)
         self.notify, self.notify_to = notify_fields(self.notify, self.notify_to)
         self.env_dropped = _names(self.env_dropped)
+        if self.begin_at is not None:
+            self.begin_at = _seconds(self.begin_at, "--begin", 0.0, MAX_EPOCH)
+        if self.output is not None:
+            from tpuq.outputs import template_error
+
+            self.output = _text(self.output, "--output", MAX_PATH)
+            wrong = template_error(self.output)
+            if wrong:
+                raise SpecError(wrong)
+        self.option_sources = _sources(self.option_sources)
         return self
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        for name in LATER_FIELDS:
+            if out[name] is None:
+                del out[name]
+        return out
 
     @property
     def workers(self) -> int | None:
@@ -240,6 +262,22 @@ def _env(value: Any) -> dict[str, str]:
 
 
 MAX_DROPPED = 64
+MAX_EPOCH = 2.0**36  # year 4147: a --begin time, in epoch seconds
+# where a submit option came from, as `show` says it
+SOURCES = ("#TPUQ", "command line", "environment")
+_OPTION = re.compile(r"--[a-z][a-z-]{0,30}\Z")
+
+
+def _sources(value: Any) -> dict[str, str] | None:
+    """option -> one of SOURCES (a few dozen at most), or None."""
+    if value is None or value == {}:
+        return None
+    if not isinstance(value, dict) or len(value) > 64 or not all(
+            isinstance(k, str) and _OPTION.match(k) and v in SOURCES
+            for k, v in value.items()):
+        raise SpecError("option_sources maps option names (--chips) to one of "
+                        + ", ".join(SOURCES))
+    return dict(sorted(value.items()))
 
 
 def _names(value: Any) -> list[str] | None:
@@ -280,7 +318,7 @@ def notify_fields(events: Any, urls: Any) -> tuple[str | None, str | None]:
     if words == {"none"}:
         return None, None
     if "all" in words:
-        words = (words - {"all"}) | set(NOTIFY_EVENTS)
+        words = (words - {"all"}) | set(NOTIFY_ALL)
     unknown = sorted(words - set(NOTIFY_EVENTS))
     if unknown:
         raise SpecError(f"--notify {_shown(unknown[0])}: one or more of "

@@ -97,3 +97,29 @@ def runs_as(owner: str, argv: list[str], **env: str) -> bool:
                               group=pw.pw_gid, extra_groups=[], timeout=60).returncode == 0
     except OSError:  # not executable for that account
         return False
+
+
+def test_output_is_written_as_the_owner_where_the_owner_may_write(open_stack, tmp_path):
+    """--output in owner mode: the root agent writes the file as the job's owner, so it
+    lands only where the owner may write, and is the owner's."""
+    import tempfile
+
+    stack = open_stack
+    stack.start_agent(FakeHost(tmp_path / "host-a"), TPUQ_RUN_AS="owner")
+    pw = pwd.getpwnam(OWNER)
+    with tempfile.TemporaryDirectory(dir="/tmp") as where:  # pytest's are root's alone
+        Path(where).chmod(0o755)
+        theirs, roots = Path(where) / "theirs", Path(where) / "roots"
+        theirs.mkdir()
+        os.chown(theirs, pw.pw_uid, pw.pw_gid)
+        roots.mkdir(mode=0o755)
+        ok = stack.submit("--output", f"{theirs}/%j.out", "--", "echo", "hi", cwd="/",
+                          TPUQ_USER=OWNER)
+        refused = stack.submit("--output", f"{roots}/%j.out", "--", "echo", "hi", cwd="/",
+                               TPUQ_USER=OWNER)
+        stack.wait_all([ok, refused], "succeeded")
+        assert "--output" not in stack.log_text(ok), stack.log_text(ok)
+        out = theirs / f"{ok}.out"
+        assert out.read_text() == "hi\n" and out.stat().st_uid == pw.pw_uid
+        assert not (roots / f"{refused}.out").exists(), "root's directory is not the owner's"
+        assert "Permission denied" in stack.log_text(refused)

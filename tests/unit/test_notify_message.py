@@ -32,6 +32,16 @@ def test_an_end_names_the_job_its_outcome_and_what_to_run_next() -> None:
     assert task.title == "tpuq: job 12 (array 10, task 2) sweep succeeded"
 
 
+def test_a_start_says_where_and_how_long_it_waited() -> None:
+    said = message(row(event="started", state="running", attempt=1, created_at=400.0), 3)
+    assert said is not None and said.kind == "info"
+    assert said.title == "tpuq: job 12 train.py started"
+    assert said.body.splitlines()[0] == "job 12 (train.py) started on tpu-a, 5m00s after " \
+        "its submission."
+    again = message(row(event="started", state="running", attempt=3, created_at=400.0), 3)
+    assert again is not None and ", attempt 3," in again.body
+
+
 @pytest.mark.parametrize(("count", "told"), [(3, False), (4, True), (5, False)])
 def test_a_preemption_is_told_once_when_the_count_exceeds_the_threshold(count: int,
                                                                         told: bool) -> None:
@@ -51,6 +61,8 @@ def test_destinations_are_named_by_scheme_only() -> None:
     (None, "json://h/p", ("end", "json://h/p")),
     ("preempt,FAIL", "json://h/p", ("fail,preempt", "json://h/p")),
     ("all", "json://h/p", ("end,fail,preempt", "json://h/p")),
+    ("start,end", "json://h/p", ("end,start", "json://h/p")),
+    ("all,start", "json://h/p", ("end,fail,preempt,start", "json://h/p")),
     ("none", "json://h/p", (None, None)),
 ])
 def test_notify_fields_are_stored_in_one_form(events: str | None, urls: str | None,

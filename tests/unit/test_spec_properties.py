@@ -45,6 +45,13 @@ plausible: dict[str, st.SearchStrategy[Any]] = {
     | st.text(max_size=30) | json_values,
     "env_dropped": st.none() | st.lists(st.sampled_from(["TPU_LOAD_LIBRARY", "MEGASCALE_X",
                                                         "1bad", ""]), max_size=3) | json_values,
+    "begin_at": st.none() | st.floats() | st.integers(-5, 2**40) | json_values,
+    "output": st.none() | st.sampled_from(["/d/%j.out", "rel/%j", "/d/%q", "/d/%", "/d/",
+                                           "/d/%%x"]) | st.text(max_size=20) | json_values,
+    "option_sources": st.none() | st.dictionaries(
+        st.sampled_from(["--chips", "--time", "chips", "--X"]),
+        st.sampled_from(["#TPUQ", "command line", "environment", "elsewhere"]), max_size=3)
+    | json_values,
 }
 
 
@@ -85,3 +92,7 @@ def test_every_spec_is_accepted_clean_or_refused_in_one_line(data: Any) -> None:
     assert type(spec.max_retries) is int and 0 <= spec.max_retries <= spec_mod.MAX_RETRIES
     assert type(spec.tcmalloc) is bool and type(spec.requeue_on_preempt) is bool
     assert spec.stop_signal.startswith("SIG")
+    assert spec.begin_at is None or (math.isfinite(spec.begin_at) and spec.begin_at >= 0)
+    assert spec.output is None or (spec.output.startswith("/") and "\x00" not in spec.output)
+    assert spec.option_sources is None or all(
+        k.startswith("--") and v in spec_mod.SOURCES for k, v in spec.option_sources.items())

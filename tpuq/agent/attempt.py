@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tpuq import runfn
+from tpuq import outputs, runfn
 
 __all__ = ["AttemptSpec"]
 
@@ -32,6 +32,7 @@ class AttemptSpec:
     gang: tuple[int, int, str] | None = None  # a slice job's task: (worker, workers, slice)
     checkpoint_dir: str | None = None  # as the scheduler recorded it (checkpoints.py)
     started_over: str | None = None  # why it starts without the job's earlier checkpoints
+    output: str | None = None  # --output, its %j/%a expanded: written as its owner too
 
     @property
     def worker(self) -> int | None:
@@ -49,9 +50,14 @@ class AttemptSpec:
         chips, the lease and anything else the attempt adds. It resumes (TPUQ_RESUMED)
         unless it is the first, or starts over without the earlier checkpoints."""
         over = more.pop("started_over", getattr(job, "started_over", None))
+        output = getattr(job, "output", None)
+        if output:
+            output = outputs.expand(output, job_id, getattr(job, "array_id", None),
+                                    getattr(job, "array_index", None), job.owner,
+                                    getattr(job, "name", None))
         return cls(job_id=job_id, attempt=attempt, command=tuple(job.command), cwd=job.cwd,
                    env=dict(job.env), stop_signal=job.stop_signal, grace_s=job.grace_s,
                    time_limit_s=job.time_limit_s, tcmalloc=job.tcmalloc,
                    resumed=attempt > 1 and not over, owner=job.owner,
                    checkpoint_dir=getattr(job, "checkpoint_dir", None), started_over=over,
-                   **more)
+                   output=output or None, **more)

@@ -45,6 +45,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from tpuq import outputs
 from tpuq.agent.chiplocks import ChipBusy, ChipLocks
 from tpuq.agent.holders import proc_start_ticks
 
@@ -87,6 +88,7 @@ class Launch:
     groups: list[int] = field(default_factory=list)
     chip_locks: list[str] = field(default_factory=list)  # flock'ed for the keeper's life
     instance: str = ""  # the database's (workdirs.py): an exit file names whose it is
+    output: str | None = None  # --output: a file of the owner's the output also goes to
 
     @property
     def kill_margin_s(self) -> float:
@@ -114,6 +116,7 @@ class Keeper:
         self.proc: subprocess.Popen[bytes] | None = None
         self.pidfd = -1
         self.out = -1  # the job's output pipe
+        self.copy = -1  # the --output file, or -1
         self.log = None  # type: Any
         self.written = 0
         self.dropped = 0
@@ -134,6 +137,7 @@ class Keeper:
         os.makedirs(os.path.dirname(la.log_path), exist_ok=True)
         self.log = open(la.log_path, "ab")  # noqa: SIM115 - the keeper's for its whole life
         self.written = self.log.tell()
+        self.copy = self._open_output()
         try:
             self.locks.acquire()
         except ChipBusy as e:
@@ -321,7 +325,35 @@ class Keeper:
             if until is not None and clock() > until:
                 return True
 
+    def _open_output(self) -> int:
+        """The --output file, opened as the job's owner (outputs.py): emptied by the
+        first attempt, appended to by later ones; -1 (and a line in the log) when it
+        cannot be."""
+        la = self.launch
+        if not la.output:
+            return -1
+        try:
+            return outputs.open_as(la.output, la.user, la.group, la.groups,
+                                   truncate=la.attempt == 1)
+        except OSError as e:
+            why = str(e) if isinstance(e, outputs.Refused) else (e.strerror or str(e))
+            self.log.write(f"[tpuq: --output {la.output}: not written: {why}]\n".encode())
+            self.log.flush()
+            return -1
+
+    def _copy_to_output(self, chunk: bytes) -> None:
+        try:
+            while chunk:
+                chunk = chunk[os.write(self.copy, chunk):]
+        except OSError as e:
+            self.log.write(f"\n[tpuq: --output {self.launch.output}: stopped writing: "
+                           f"{e.strerror}]\n".encode())
+            os.close(self.copy)
+            self.copy = -1
+
     def _write(self, chunk: bytes) -> None:
+        if self.copy >= 0:
+            self._copy_to_output(chunk)
         room = self.launch.log_max_bytes - self.written
         if room > 0:
             part = chunk[:room]
@@ -367,6 +399,9 @@ class Keeper:
                            f"{len(kept)} follow]\n".encode() + kept)
         if self.log is not None:
             self.log.close()
+        if self.copy >= 0:
+            os.close(self.copy)
+            self.copy = -1
         self.ended_clock = clock()
         self.ended = {**status, "fenced": self.fenced, "signalled": self.signalled,
                       "dropped": self.dropped,

@@ -60,6 +60,13 @@ def message(row: Any, preempts: int) -> Message | None:
                  f"it is now {row.state}."]
         return Message(f"tpuq: {job} {what} starts over", "\n".join(lines + _commands(row)),
                        _KIND["restarted"])
+    if row.event == "started":
+        lines = [f"{job} ({what}) started" + (f" on {row.host}" if row.host else "")
+                 + (f", attempt {row.attempt}" if row.attempt and row.attempt > 1 else "")
+                 + (f", {show_duration(row.created_at - row.submitted_at)} after its "
+                    "submission" if row.submitted_at else "") + "."]
+        return Message(f"tpuq: {job} {what} started", "\n".join(lines + _commands(row)),
+                       "info")
     title = f"tpuq: {job} {what} {row.event}"
     lines = [f"{job} ({what}) {row.event}" + (f" on {row.host}" if row.host else "")
              + f" after {row.attempt} attempt{'s' if row.attempt != 1 else ''}"

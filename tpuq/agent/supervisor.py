@@ -183,6 +183,8 @@ class Supervisor(threading.Thread):
             instance=ctx.instance,
             lease_s=ctx.settings.lease_s, grace_s=spec.grace_s,
             log_max_bytes=ctx.settings.log_max_bytes, umask=JOB_UMASK,
+            # a slice job's output file is worker 0's (one file, as SLURM's one job)
+            output=spec.output if not spec.worker else None,
             chip_locks=ctx.chip_lock_paths(spec.chips), **owner)
 
     def _hand_over(self, acct: identity.Account) -> None:

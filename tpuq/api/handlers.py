@@ -157,8 +157,8 @@ class Api:
                 tasks = [jobs.submit(s, spec, actor=caller.name, held=req.held)]
             if req.function:
                 functions.store_payload(s, tasks[0], _function_payload(req, spec))
-            for task in tasks:
-                deps.add(s, task, req.after, req.after_any)
+            deps.add(s, tasks, deps.resolve(s, req.after, req.after_tasks),
+                     deps.resolve(s, req.after_any, req.after_any_tasks, "--after-any"))
             warnings += [f"warning: {views.budget_object(r)['says']}"
                          for r in logusage.over_budget(s, caller.name)]
         return Submitted(id=tasks[0], tasks=tasks if req.array else [], warnings=warnings)
@@ -211,6 +211,8 @@ class Api:
             events = queries.events_of(s, req.id)
             gang = gangs.workers_of(s, [req.id]).get(req.id, [])
             told = outbox.of_jobs(s, [req.id]).get(req.id, [])
+            after = deps.of_job(s, req.id)
+            tasks = queries.array_tasks(s, req.id) if row.array_id == req.id else []
             over = [views.budget_object(r) for r in logusage.over_budget(s, row.owner)]
         waiting = self.reasons().get(req.id) if row.state == "queued" else None
         obj = views.job_object(row, caller, env=env, waiting=waiting)
@@ -219,6 +221,9 @@ class Api:
             obj["worker_list"] = [views.worker_object(w) for w in gang]
         obj["events"] = [views.event_object(e) for e in events]
         obj["notifications"] = [views.notification_object(n) for n in told]
+        obj["after"] = after
+        if tasks:  # the id of an array is its first task's: `show` says it is both
+            obj["array_tasks"] = tasks
         obj["logs_over_budget"] = over
         return JobDetail(job=obj)
 

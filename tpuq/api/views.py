@@ -44,6 +44,9 @@ def job_object(row: Any, viewer: Caller, env: Mapping[str, str] | None = None,
         # reach them (None: a shared root, or none yet)
         "checkpoint_dir": getattr(row, "checkpoint_dir", None),
         "checkpoint_host": getattr(row, "checkpoint_host", None),
+        # --begin (epoch s), --output (its template), and where each option came from
+        "begin_at": getattr(row, "begin_at", None), "output": getattr(row, "output", None),
+        "option_sources": dict(getattr(row, "option_sources", None) or {}),
     }
     if env is not None:
         obj["env"] = dict(env) if viewer.owns(row.owner) else dict.fromkeys(env, HIDDEN)

@@ -80,6 +80,24 @@ def _spec_text(job: dict[str, Any]) -> str:
     if job.get("env_dropped"):
         lines.append(f"  dropped   {', '.join(job['env_dropped'])} (TPU variables tpuq sets "
                      "or clears for each job; docs/tpu-vm.md)")
+    if job.get("begin_at"):
+        lines.append(f"  begin     {render.clock(job['begin_at'])} (--begin)")
+    if job.get("output"):
+        lines.append(f"  output    {job['output']} (--output, written as {job['owner']})")
+    if job.get("array_tasks"):
+        tasks = job["array_tasks"]
+        lines.append(f"  array     {job['id']}: task {job['array_index']} of "
+                     f"{len(tasks)} (jobs {tasks[0][0]}..{tasks[-1][0]}); `--after "
+                     f"{job['id']}` and `tpuq wait {job['id']}` mean every task, "
+                     f"{job['id']}_{job['array_index']} this one")
+    elif job.get("array_id") is not None:
+        lines.append(f"  array     task {job['array_id']}_{job['array_index']}")
+    for dep in job.get("after") or ():
+        how = "succeeded" if dep["kind"] == "ok" else "ended"
+        left = f", {dep['unmet']} not yet" if dep.get("array") and dep["unmet"] else ""
+        lines.append(f"  after     {dep['says']}{left} (must have {how})")
+    for option, where in sorted((job.get("option_sources") or {}).items()):
+        lines.append(f"  option    {option} from {where}")
     if job["resubmit_of"]:
         lines.append(f"  resubmits job {job['resubmit_of']}")
     if job["waiting_for"]:

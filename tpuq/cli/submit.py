@@ -17,7 +17,6 @@ import click
 
 from tpuq import arrays, jobenv
 from tpuq.cli import context
-from tpuq.cli.args import JOB_ID
 from tpuq.cli.errors import UserError
 from tpuq.spec import JobSpec, SpecError, notify_asked, parse_duration
 
@@ -101,47 +100,121 @@ def build_command(args: tuple[str, ...], python: str | None) -> list[str]:
 @click.option("--hold", is_flag=True, help="Queue it held; `tpuq release ID` lets it run.")
 @click.option("--after", "after", multiple=True, metavar="ID[,ID]",
               help="Start only once these jobs succeeded; if one does not, this job is "
-                   "cancelled. Repeatable.")
+                   "cancelled. An array's id means every task of it, ID_N task N only. "
+                   "Repeatable.")
 @click.option("--after-any", "after_any", multiple=True, metavar="ID[,ID]",
-              help="Start only once these jobs ended, however they ended. Repeatable.")
+              help="Start only once these jobs (an array's id: all its tasks; ID_N: one "
+                   "task) ended, however they ended. Repeatable.")
 @click.option("--array", "array_spec", metavar="0-99%8",
               help="Queue one task per index (TPUQ_ARRAY_INDEX): ranges, lists 1,3,5-7, "
                    "steps 0-99:2; %N: at most N run at once. One submission.")
 @click.option("--args-file", type=click.File("r"), metavar="FILE",
               help="Queue one task per line of FILE, the line's words appended to the "
                    "command (TPUQ_ARRAY_INDEX = the line's number from 0; # comments).")
-@click.option("--notify", "notify", metavar="end|fail|preempt|all|none", envvar="TPUQ_NOTIFY",
-              help="Tell me when the job ends, fails (or times out), or is preempted more "
-                   "than TPUQ_NOTIFY_PREEMPTS times; comma separated (default: notify in the "
-                   "config file; end when only a destination is given).")
+@click.option("--notify", "notify", metavar="end|fail|preempt|start|all|none",
+              envvar="TPUQ_NOTIFY",
+              help="Tell me when the job ends, fails (or times out), is preempted more "
+                   "than TPUQ_NOTIFY_PREEMPTS times, or starts (each attempt); comma "
+                   "separated; all = end,fail,preempt (default: notify in the config file; "
+                   "end when only a destination is given).")
 @click.option("--notify-to", "notify_to", multiple=True, metavar="URL", envvar="TPUQ_NOTIFY_TO",
               help="Where to tell: an Apprise URL, e.g. mailto://user:pass@example.org, "
                    "slack://A/B/C, discord://ID/TOKEN, json://host/path (default: notify_to "
                    "in the config file). Repeatable.")
+@click.option("--begin", "begin", envvar="TPUQ_BEGIN", metavar="TIME",
+              help="Start no earlier than TIME: 22:00 (next such time), +2h, now+30m, "
+                   "2026-12-01T06:30, midnight, tomorrow (local time).")
+@click.option("--output", "output", envvar="TPUQ_OUTPUT", metavar="PATH",
+              help="Also write the job's output to PATH, as you: %j job id, %a array index, "
+                   "%A array id, %u user, %x name (e.g. logs/%j.out). `tpuq logs` still has it.")
 @click.option("--wait", "wait_end", is_flag=True,
               help="Wait until the job ends; exit with its outcome as `tpuq wait` does.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the job id.")
 @context.json_option
-def submit(command: tuple[str, ...], name: str | None, chips: int | None, tpu_type: str | None,
-           team: str | None, priority: int, env_items: tuple[str, ...], export: str,
-           stop_signal: str,
-           grace: str | None, time_limit: str | None, max_retries: int, no_requeue: bool,
-           no_tcmalloc: bool, python: str | None, hold: bool, after: tuple[str, ...],
-           after_any: tuple[str, ...], array_spec: str | None, args_file: Any,
-           notify: str | None, notify_to: tuple[str, ...], wait_end: bool, quiet: bool,
-           as_json: bool) -> None:
+def submit(**given: Any) -> None:
     """Queue a job: a Python script or, after --, any command.
 
     \b
       tpuq submit train.py --lr 3e-4          runs <your python> train.py --lr 3e-4
       tpuq submit --chips 1 -- bash run.sh a  any command, one chip
       tpuq submit --time 12h --max-retries 2 train.py
-      tpuq submit --after 12 eval.py          once job 12 succeeded
+      tpuq submit --after 12 eval.py          once job 12 succeeded (an array: every task)
+      tpuq submit --begin 22:00 --output /data/logs/%j.out train.py
 
     The job runs in this directory with this shell's interpreter, as the only user of
     its chips. Options for tpuq come before the script; everything after it is the
-    script's own arguments.
+    script's own arguments. `#TPUQ --chips 1 --time 2h` lines at the top of the script
+    set options too; the command line (or an option's variable) wins over them.
     """
+    opts, sources = with_directives(click.get_current_context(), given)
+    _submit(**opts, sources=sources)
+
+
+# options that say how this shell shows the result, not what the job is: never stored
+_NOT_SOURCED = {"command", "wait_end", "quiet", "as_json"}
+
+
+def with_directives(ctx: click.Context, given: dict[str, Any]
+                    ) -> tuple[dict[str, Any], dict[str, str]]:
+    """The options with the script's #TPUQ directives filled in where neither the command
+    line nor an environment variable set them; and where each set option came from."""
+    from click.core import ParameterSource
+
+    from tpuq import directives
+
+    opts = dict(given)
+    script = directives.script_of(list(given["command"]))
+    try:
+        found = directives.read(script) if script else []
+    except SpecError as e:
+        raise UserError(str(e)) from None
+    from_script: set[str] = set()
+    if found:
+        assert script is not None
+        words = directives.words_of(found)
+        if {"--help", "-h"} & set(words):
+            raise UserError(f"{script}: #TPUQ --help is not an option for a job")
+        try:
+            sub = ctx.command.make_context("submit", [*words, "--", "true"],
+                                           parent=ctx.parent, resilient_parsing=False)
+        except click.UsageError as e:
+            raise UserError(f"{script}: #TPUQ {' '.join(words)}: {e.format_message()}") \
+                from None
+        if list(sub.params["command"]) != ["true"]:
+            raise UserError(f"{script}: #TPUQ lines hold options only, not "
+                            f"{sub.params['command'][0]!r}")
+        for name, value in sub.params.items():
+            if name in _NOT_SOURCED or \
+                    sub.get_parameter_source(name) is not ParameterSource.COMMANDLINE:
+                continue
+            if ctx.get_parameter_source(name) in (ParameterSource.DEFAULT,
+                                                  ParameterSource.DEFAULT_MAP, None):
+                opts[name] = value
+                from_script.add(name)
+    sources: dict[str, str] = {}
+    for param in ctx.command.params:
+        name = param.name or ""
+        if name in _NOT_SOURCED or not isinstance(param, click.Option):
+            continue
+        flag = max(param.opts, key=len)
+        if name in from_script:
+            sources[flag] = "#TPUQ"
+        elif ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE:
+            sources[flag] = "command line"
+        elif ctx.get_parameter_source(name) is ParameterSource.ENVIRONMENT:
+            sources[flag] = "environment"
+    return opts, sources
+
+
+def _submit(command: tuple[str, ...], name: str | None, chips: int | None,
+            tpu_type: str | None, team: str | None, priority: int,
+            env_items: tuple[str, ...], export: str, stop_signal: str, grace: str | None,
+            time_limit: str | None, max_retries: int, no_requeue: bool, no_tcmalloc: bool,
+            python: str | None, hold: bool, after: tuple[str, ...],
+            after_any: tuple[str, ...], array_spec: str | None, args_file: Any,
+            notify: str | None, notify_to: tuple[str, ...], begin: str | None,
+            output: str | None, wait_end: bool, quiet: bool, as_json: bool,
+            sources: dict[str, str]) -> None:
     cfg = context.settings()
     events, destinations = notify_asked(notify, notify_to, cfg)
     try:
@@ -155,12 +228,14 @@ def submit(command: tuple[str, ...], name: str | None, chips: int | None, tpu_ty
             time_limit_s=parse_duration(time_limit) if time_limit else None,
             max_retries=max_retries, requeue_on_preempt=not no_requeue, tcmalloc=not no_tcmalloc,
             notify=events, notify_to=destinations,
+            begin_at=begin_time(begin), output=output_path(output),
+            option_sources=sources or None,
         ).validate()
     except SpecError as e:
         raise UserError(str(e)) from None
     array = _array(array_spec, args_file)
-    job_id, tasks, notes = _send(cfg, spec, hold, job_ids(after, "--after"),
-                                 job_ids(after_any, "--after-any"), array)
+    job_id, tasks, notes = _send(cfg, spec, hold, job_refs(after, "--after"),
+                                 job_refs(after_any, "--after-any"), array)
     state = "held" if hold else "queued"
     if as_json:
         context.echo_json({"id": job_id, "state": state, **({"tasks": tasks} if tasks else {})})
@@ -182,17 +257,41 @@ def submit(command: tuple[str, ...], name: str | None, chips: int | None, tpu_ty
             raise SystemExit(code)
 
 
-def job_ids(values: tuple[str, ...], option: str) -> list[int]:
-    """`--after 3,4 --after 5` -> [3, 4, 5]; a usage error for anything else."""
-    out = []
+def begin_time(text: str | None) -> float | None:
+    """--begin TIME as epoch seconds (tpuq/begin.py), or None."""
+    import time
+
+    from tpuq import begin
+
+    return None if text is None else begin.parse(text, time.time())
+
+
+def output_path(text: str | None) -> str | None:
+    """--output PATH, made absolute from this directory (its %j... kept), or None."""
+    if text is None:
+        return None
+    if not text or "\x00" in text:
+        raise SpecError("--output needs a file name")
+    return text if text.startswith("/") else os.path.join(os.getcwd(), text)
+
+
+def job_refs(values: tuple[str, ...], option: str) -> tuple[list[int], list[list[int]]]:
+    """`--after 3,54 --after 60_2` -> ([3, 54], [[60, 2]]): jobs (an array's id: every
+    task of it) and single array tasks; a usage error for anything else."""
+    ids: list[int] = []
+    tasks: list[list[int]] = []
     for part in ",".join(values).split(","):
         if not part.strip():
             continue
         try:
-            out.append(JOB_ID.convert(part, None, None))
-        except click.BadParameter as e:
-            raise UserError(f"{option}: {e.message}") from None
-    return out
+            job, index = arrays.parse_ref(part)
+        except SpecError as e:
+            raise UserError(f"{option}: {e}") from None
+        if index is None:
+            ids.append(job)
+        else:
+            tasks.append([job, index])
+    return ids, tasks
 
 
 Array = tuple[list[int], list[list[str]], int | None]
@@ -218,15 +317,19 @@ def _array(spec: str | None, args_file: Any) -> Array | None:
     return (indices or list(range(len(args)))), args, throttle
 
 
-def _send(cfg: Settings, spec: JobSpec, hold: bool, after: list[int],
-          after_any: list[int], array: Array | None) -> tuple[int, list[int], list[str]]:
+Refs = tuple[list[int], list[list[int]]]
+
+
+def _send(cfg: Settings, spec: JobSpec, hold: bool, after: Refs,
+          after_any: Refs, array: Array | None) -> tuple[int, list[int], list[str]]:
     """Queue the spec; (job id, an array's task ids, warnings and notes for the user)."""
     from tpuq.protocol import Submit, Submitted
 
     indices, args, throttle = array or ([], [], None)
-    reply = context.ask(Submit(spec=spec.to_dict(), held=hold, after=after,
-                               after_any=after_any, array=indices, array_args=args,
-                               throttle=throttle), Submitted)
+    reply = context.ask(Submit(spec=spec.to_dict(), held=hold, after=after[0],
+                               after_tasks=after[1], after_any=after_any[0],
+                               after_any_tasks=after_any[1], array=indices,
+                               array_args=args, throttle=throttle), Submitted)
     notes = list(reply.warnings)
     if cfg.embedded and not context.client().via_agent:
         notes.append("note: no agent is running on this VM; start one with `tpuq agent`")

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import click
 
 from tpuq.cli import context
-from tpuq.cli.args import JOB_ID
+from tpuq.cli.errors import UserError
 
 OUTCOME_EXIT = {"succeeded": 0, "failed": 10, "cancelled": 11, "timeout": 12}
 
@@ -38,16 +38,47 @@ def exit_status(ended: dict[int, str], ids: Sequence[int]) -> int:
     return next((outcome_exit(ended[i]) for i in ids if ended[i] != "succeeded"), 0)
 
 
+def resolve(refs: Sequence[str]) -> list[int]:
+    """The jobs `tpuq wait` names, as SLURM reads them: `12` a job, or every task when 12
+    is an array's id; `54_2` task 2 of array 54."""
+    from tpuq import arrays
+    from tpuq.protocol import JobDetail, ShowJob
+    from tpuq.spec import SpecError
+
+    out: list[int] = []
+    for ref in refs:
+        try:
+            job_id, index = arrays.parse_ref(ref)
+        except SpecError as e:
+            raise UserError(str(e)) from None
+        shown = context.ask(ShowJob(id=job_id), JobDetail).job
+        tasks = shown.get("array_tasks") or []
+        if index is None:
+            out += [t[0] for t in tasks] or [job_id]
+            continue
+        found = [t[0] for t in tasks if t[1] == index]
+        if not found:
+            raise UserError(f"no task {job_id}_{index}: " + (
+                f"array {job_id} has indices {tasks[0][1]}..{tasks[-1][1]}" if tasks
+                else f"job {job_id} is not an array's id"))
+        out += found
+    return list(dict.fromkeys(out))
+
+
 @click.command()
-@click.argument("job_ids", nargs=-1, required=True, type=JOB_ID)
+@click.argument("refs", nargs=-1, required=True, metavar="ID...")
 @context.json_option
-def wait(job_ids: tuple[int, ...], as_json: bool) -> None:
+def wait(refs: tuple[str, ...], as_json: bool) -> None:
     """Wait until the jobs end; exit 0 if all succeeded, else 10 failed, 11 cancelled,
-    12 timeout (the first such job's, in the order given).
+    12 timeout (the first such job's, in the order given). An array's id means every
+    task of it; ID_N one task.
 
     \b
       tpuq wait 12 && tpuq submit eval.py
+      tpuq wait 54                            every task of array 54
+      tpuq wait 54_3                          task 3 of array 54
     """
+    job_ids = resolve(refs)
     ended = wait_for(job_ids, say=not as_json)
     if as_json:
         context.echo_json([{"id": i, "state": ended[i]} for i in job_ids])

@@ -50,7 +50,8 @@ def views(snap: snapshot.Snapshot, checkpoint_wait_s: float = 0.0
     (Settings.checkpoint_wait_s), from the end of its last attempt."""
     jobs = [policy.JobView(id=r.id, team=r.team, user=r.owner, priority=r.priority,
                            submitted_at=r.submitted_at, chips=r.chips, tpu_type=r.tpu_type,
-                           not_before=r.not_before, depends_on=snap.unmet.get(r.id, ()),
+                           not_before=_later(r.not_before, r.begin_at), begin_at=r.begin_at,
+                           depends_on=snap.unmet.get(r.id, ()),
                            est_hours=(r.time_limit_s or 0.0) / 3600.0,
                            time_limit_s=r.time_limit_s, array_id=r.array_id,
                            array_throttle=r.array_throttle, workers=r.workers)
@@ -69,6 +70,11 @@ def views(snap: snapshot.Snapshot, checkpoint_wait_s: float = 0.0
              for name, tpu_type, chips, why, member, withheld in snap.hosts]
     names = set(snap.team_running) | set(snap.teams) | set(snap.usage)
     return jobs, hosts, {t: team_view(snap, t) for t in names}
+
+
+def _later(a: float | None, b: float | None) -> float | None:
+    """The later of two times either of which may be None (retry backoff, --begin)."""
+    return b if a is None else a if b is None else max(a, b)
 
 
 def _homed(job: policy.JobView, left: float, row: Any, wait_s: float) -> policy.JobView:
@@ -104,7 +110,8 @@ def plan_for(s: Session, settings: Settings, recent_usage: dict[str, usage.Usage
     snap = snapshot.read(s, settings.host_stale_s, settings.fair_share_half_life_h,
                          recent_usage)
     jobs, hosts, teams = views(snap, settings.checkpoint_wait_s)
-    return snap, policy.plan(jobs, hosts, teams, snap.now, array_running=snap.array_running)
+    return snap, policy.plan(jobs, hosts, teams, snap.now, array_running=snap.array_running,
+                             tasks=snap.unmet_tasks)
 
 
 class Scheduler:

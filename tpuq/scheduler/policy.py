@@ -55,11 +55,14 @@ def plan(
     reserve_after_s: float = 0.0,
     max_reservations: int = 4,
     array_running: Mapping[int, int] = MappingProxyType({}),
+    tasks: Mapping[int, tuple[int, int]] = MappingProxyType({}),
 ) -> Plan:
     """Decide which queued jobs start now and where; say why the others wait.
-    `array_running`: tasks of throttled arrays running now (by array id)."""
+    `array_running`: tasks of throttled arrays running now (by array id); `tasks`: the
+    jobs waited for that are array tasks, as (array id, index), for the reasons' words."""
     planner = _Planner(hosts, teams, now, succeeded, reserve_after_s, max_reservations)
     planner.array_running = dict(array_running)
+    planner.tasks = tasks
     planner.run(jobs)
     return Plan(
         assignments=tuple(planner.assignments),
@@ -91,6 +94,7 @@ class _Planner:
         self.reserved_for: dict[int, str] = {}  # job id -> host name
         self.starts: dict[int, float] = {}  # job id -> its reservation's estimated start
         self.array_running: dict[int, int] = {}  # array id -> tasks running (throttles)
+        self.tasks: Mapping[int, tuple[int, int]] = MappingProxyType({})
         self.memo: dict[tuple[object, ...], str] = {}
 
     def state(self, team: str) -> TeamState:
@@ -251,12 +255,14 @@ class _Planner:
         need = need_key(job.chips)
         if job.workers is None and (job.tpu_type, need) not in self.pool.offered:
             return f"no host offers {_shape_words(job.chips, job.tpu_type)}"
+        if job.begin_at is not None and job.begin_at > self.now:
+            return f"begins at {_when(job.begin_at, self.now)} (--begin)"
         if job.not_before is not None and job.not_before > self.now:
             return f"retry backoff until {clock(job.not_before, '%H:%M:%S')}"
         if job.depends_on:
-            unmet = [str(d) for d in job.depends_on if d not in self.succeeded]
+            unmet = [d for d in job.depends_on if d not in self.succeeded]
             if unmet:
-                return f"waiting for job{'s' if len(unmet) > 1 else ''} {', '.join(unmet)}"
+                return "waiting for " + _dependency_words(unmet, self.tasks)
         if job.array_throttle is not None and job.array_id is not None and \
                 self.array_running.get(job.array_id, 0) >= job.array_throttle:
             return f"array {job.array_id} at its limit of {job.array_throttle} running"
@@ -341,6 +347,28 @@ def _shape_words(chips: int | None, tpu_type: str | None) -> str:
         return f"a whole {tpu_type} host" if tpu_type else "a whole host"
     what = f"{chips} chip{'s' if chips != 1 else ''}"
     return f"{what} of {tpu_type}" if tpu_type else what
+
+
+def _when(at: float, now: float) -> str:
+    """A time people read: 22:00 today, or with its date when it is not within a day."""
+    return clock(at, "%H:%M" if at - now < 86400 else "%Y-%m-%d %H:%M")
+
+
+def _dependency_words(unmet: Sequence[int], tasks: Mapping[int, tuple[int, int]]) -> str:
+    """`job 12`, `jobs 12, 13`, `task 54_2`, `array 54 (tasks 1-3)`: the tasks of one
+    array it waits for, named by the array (status and show say which)."""
+    from tpuq.arrays import compress
+
+    plain = [str(d) for d in unmet if d not in tasks]
+    by_array: dict[int, list[int]] = {}
+    for d in unmet:
+        if d in tasks:
+            by_array.setdefault(tasks[d][0], []).append(tasks[d][1])
+    words = [f"job{'s' if len(plain) > 1 else ''} {', '.join(plain)}"] if plain else []
+    for array_id, indices in sorted(by_array.items()):
+        words.append(f"task {array_id}_{indices[0]}" if len(indices) == 1 else
+                     f"array {array_id} (tasks {compress(indices)})")
+    return ", ".join(words)
 
 
 class _Waiting(Mapping[int, str]):

@@ -47,7 +47,8 @@ class JobView:
     submitted_at: float  # epoch seconds; older first
     chips: int | None  # None = whole host
     tpu_type: str | None = None  # None = any
-    not_before: float | None = None  # retry backoff: not eligible before this time
+    not_before: float | None = None  # retry backoff or --begin: not eligible before this
+    begin_at: float | None = None  # --begin: the reason names it (not_before holds it too)
     depends_on: tuple[int, ...] = ()  # job ids that must have succeeded
     est_hours: float = 0.0  # for budget checks (0 = unknown, not checked)
     time_limit_s: float | None = None  # backfill: may run on reserved chips if it ends first

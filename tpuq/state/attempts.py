@@ -76,7 +76,7 @@ def assign(s: Session, job_id: int, attempt_now: int, host: str, chips: Sequence
 
 # what the host needs of the job to run it, returned by the start statement itself
 RUN_FIELDS = ("command", "cwd", "env", "stop_signal", "grace_s", "time_limit_s", "tcmalloc",
-              "owner", "checkpoint_dir")
+              "owner", "checkpoint_dir", "output", "name", "array_id", "array_index")
 
 
 def _of_this_attempt(column: Any) -> Any:

@@ -77,6 +77,11 @@ class Job(Base):
     # when its host's agent first saw that directory hold something (host-local only):
     # a job whose checkpoints are nothing yet waits for no host
     checkpoint_seen_at: Mapped[float | None] = mapped_column(Double)
+    # --begin: not started before this time; --output: a file its owner also gets its
+    # output in; which submit option came from where (#TPUQ directives, the command line)
+    begin_at: Mapped[float | None] = mapped_column(Double)
+    output: Mapped[str | None] = mapped_column(Text)
+    option_sources: Mapped[dict[str, str] | None] = mapped_column(JSON)
     submitted_at: Mapped[float] = mapped_column(Double)
     updated_at: Mapped[float] = mapped_column(Double)
     ended_at: Mapped[float | None] = mapped_column(Double)

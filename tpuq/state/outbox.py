@@ -55,7 +55,7 @@ def claim(s: Session, host: str, limit: int = 20) -> list[Any]:
               .values(claimed_by=host, claimed_until=now + CLAIM_S))
     return list(s.execute(
         select(NOTES.c.id, NOTES.c.job_id, NOTES.c.event, NOTES.c.tries, NOTES.c.sent_to,
-               NOTES.c.detail,
+               NOTES.c.detail, NOTES.c.created_at,
                # the job's count when the event was written (the job's own may be higher)
                NOTES.c.preemptions.label("count"), *_JOB_COLUMNS)
         .join(JOBS, JOBS.c.id == NOTES.c.job_id)

@@ -68,6 +68,14 @@ def open_tasks(s: Session, arrays: Sequence[int]) -> list[int]:
     return [int(i) for i in s.scalars(q)]
 
 
+def array_tasks(s: Session, array_id: int) -> list[list[int]]:
+    """Every task of an array as [job id, index], in index order
+    (`show` of an array's id, `tpuq wait` of it)."""
+    q = (select(JOBS.c.id, JOBS.c.array_index)
+         .where(JOBS.c.array_id == array_id).order_by(JOBS.c.array_index))
+    return [[int(i), int(n)] for i, n in s.execute(q)]
+
+
 def current_attempts(s: Session, rows: Sequence[Row[Any]]) -> dict[int, Row[Any]]:
     """Each job's latest attempt (started_at, checkpoint_step, checkpoint_at), for status."""
     wanted = [(r.id, r.attempt) for r in rows if r.attempt]

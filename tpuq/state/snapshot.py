@@ -40,6 +40,8 @@ class Snapshot:
     # host -> chip -> when the job holding it reaches its time limit (jobs with a limit)
     ends: dict[str, dict[int, float]] = field(default_factory=lambda: defaultdict(dict))
     unmet: dict[int, tuple[int, ...]] = field(default_factory=dict)  # job -> jobs it awaits
+    # of those, the array tasks: job -> (array id, index), for the words of a reason
+    unmet_tasks: dict[int, tuple[int, int]] = field(default_factory=dict)
     array_running: dict[int, int] = field(default_factory=dict)  # throttled array -> tasks on
     # host -> (its agent's shared checkpoint root or None, its TPUQ_HOME): where a job's
     # checkpoints go there (tpuq/checkpoints.py)
@@ -57,7 +59,7 @@ TEAMS = cast(Table, Team.__table__)
 QUEUED_COLUMNS = tuple(JOBS.c[n] for n in (
     "id", "team", "owner", "priority", "submitted_at", "chips", "tpu_type", "not_before",
     "attempt", "time_limit_s", "array_id", "array_throttle", "workers", "checkpoint_dir",
-    "checkpoint_host", "checkpoint_seen_at"))
+    "checkpoint_host", "checkpoint_seen_at", "begin_at"))
 HOST_COLUMNS = tuple(cast(Table, Host.__table__).c[n] for n in (
     "name", "tpu_type", "chips", "heartbeat_at", "draining", "busy_reason", "stopped_at",
     "slice_name", "slice_worker", "slice_type", "unavailable", "lost_reason",
@@ -90,7 +92,7 @@ def read(s: Session, host_stale_s: float, half_life_h: float,
         if h.booked:
             snap.used[h.name].update(h.booked)
     if snap.queued:
-        snap.unmet = deps.unmet(s)
+        snap.unmet, snap.unmet_tasks = deps.unmet(s)
         if any(r.checkpoint_seen_at is not None and r.checkpoint_host is not None
                for r in snap.queued):
             snap.left_home = _left_home(s)

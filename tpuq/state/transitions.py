@@ -150,18 +150,20 @@ def transition_returning(
 # the words of spec.NOTIFY_EVENTS that ask to hear of each event (a new state, a
 # preemption, or an attempt that starts over: its checkpoints are on a host it cannot
 # reach, which whoever asked to hear of anything wants to know)
-_TOLD = {"succeeded": ("end",), "cancelled": ("end",), "failed": ("end", "fail"),
+_TOLD = {"started": ("start",), "succeeded": ("end",), "cancelled": ("end",), "failed": ("end", "fail"),
          "timeout": ("end", "fail"), "preempted": ("preempt",),
          "restarted": ("end", "fail", "preempt")}
 
 
 def _notification(to: JobState, values: Mapping[str, Any]) -> Rider | None:
     """The outbox row of this change, written only if the change happens and its owner
-    asked to hear of it (jobs.notify): an end, or a preemption (`values` counting one),
+    asked to hear of it (jobs.notify): a start, an end, or a preemption (`values` counting one),
     which the sender tells of once the count exceeds TPUQ_NOTIFY_PREEMPTS."""
     count = values.get("preemptions")
     if to in TERMINAL:
         event = to.value
+    elif to is JobState.RUNNING:
+        event = "started"
     elif to is JobState.QUEUED and isinstance(count, int):
         event = "preempted"
     else:
