@@ -26,7 +26,7 @@ from tpuq.shapes import canonical, slice_hosts
 SPEC_FIELDS = (
     "command", "cwd", "env", "owner", "team", "name", "priority", "chips", "tpu_type",
     "stop_signal", "grace_s", "time_limit_s", "max_retries", "requeue_on_preempt",
-    "tcmalloc", "resubmit_of", "notify", "notify_to", "env_dropped",
+    "tcmalloc", "resubmit_of", "notify", "notify_to", "env_dropped", "session",
 )
 
 # What fits the columns (state/models.py) and what a sane job asks for.
@@ -89,6 +89,8 @@ class JobSpec:
     notify_to: str | None = None  # Apprise URLs, one per line
     # TPU variables of the submitter's shell tpuq sets or clears (jobenv.dropped)
     env_dropped: list[str] | None = None
+    # an interactive session (`tpuq run`): it starts only on its caller's terminal
+    session: bool = False
 
     def validate(self) -> JobSpec:
         """Check every field's type, range and length; SpecError says what is wrong."""
@@ -125,7 +127,7 @@ class JobSpec:
             if self.time_limit_s <= 0:
                 raise SpecError("--time must be positive")
         self.max_retries = _int(self.max_retries, "--max-retries", 0, MAX_RETRIES)
-        for flag in ("requeue_on_preempt", "tcmalloc"):
+        for flag in ("requeue_on_preempt", "tcmalloc", "session"):
             if not isinstance(getattr(self, flag), bool):
                 raise SpecError(f"{flag} must be true or false")
         if self.resubmit_of is not None:

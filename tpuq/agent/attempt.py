@@ -32,6 +32,7 @@ class AttemptSpec:
     gang: tuple[int, int, str] | None = None  # a slice job's task: (worker, workers, slice)
     checkpoint_dir: str | None = None  # as the scheduler recorded it (checkpoints.py)
     started_over: str | None = None  # why it starts without the job's earlier checkpoints
+    session: bool = False  # interactive (`tpuq run`): it starts on its caller's terminal
 
     @property
     def worker(self) -> int | None:
@@ -54,4 +55,4 @@ class AttemptSpec:
                    time_limit_s=job.time_limit_s, tcmalloc=job.tcmalloc,
                    resumed=attempt > 1 and not over, owner=job.owner,
                    checkpoint_dir=getattr(job, "checkpoint_dir", None), started_over=over,
-                   **more)
+                   session=bool(getattr(job, "session", False)), **more)
