@@ -109,8 +109,10 @@ def signals_noted(*sigs: signal.Signals) -> Iterator[tuple[int, set[int]]]:
 def relay(master: int, stdin: int = 0, stdout: int = 1) -> str:
     """Copy bytes both ways until the session's side closes (ENDED) or the caller's
     terminal goes away (GONE)."""
-    with signals_noted(signal.SIGWINCH, signal.SIGHUP, signal.SIGTERM) as (wake, seen), \
-            raw(stdin):
+    # SIGINT from elsewhere than the keyboard (whose Ctrl-C is a byte here) is noted and
+    # left alone: the session has its own Ctrl-C
+    with signals_noted(signal.SIGWINCH, signal.SIGHUP, signal.SIGTERM, signal.SIGINT) as (
+            wake, seen), raw(stdin):
         return _copy(master, stdin, stdout, wake, seen)
 
 

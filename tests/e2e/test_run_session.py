@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -95,7 +96,10 @@ def test_success_exits_zero_and_a_closed_terminal_stops_the_session(stack, host)
     child = shell(stack)
     job_id = session_id(stack)
     stack.wait_process(job_id)
-    child.close(force=True)  # the terminal window is closed: the client gets SIGHUP
+    child.kill(signal.SIGHUP)  # the terminal window is closed
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 129
     job = stack.wait_state(job_id, "cancelled", "failed", timeout=20)
     assert job.state == "cancelled", job.reason
     assert not stack.leftovers(("bash", "--norc", "--noprofile"))
@@ -126,7 +130,7 @@ def test_the_session_is_told_before_its_time_limit_and_is_not_requeued(stack, ho
     child.expect(r"reached its time limit \(--time\): it gets SIGHUP now", timeout=10)
     child.expect(pexpect.EOF)
     child.close()
-    assert child.exitstatus == 12  # bash ends on SIGHUP; the state says timeout
+    assert child.exitstatus == 129  # bash's own status after SIGHUP
     assert stack.wait_state(job_id, "timeout").attempt == 1
     child = shell(stack)
     job_id = session_id(stack)
@@ -167,9 +171,13 @@ def test_only_the_owner_hands_a_terminal_to_its_session_and_nothing_else_takes_f
     sock = _socket_path(stack)
     master, slave = os.openpty()
     try:
+        # the socket's caller is whom the kernel says (root here), not the job's owner
         reply = localclient.call(sock, protocol.AttachTerminal(id=plain), fds=[slave])
+        assert isinstance(reply, protocol.Refusal) and reply.error == f"no session {plain} of yours"
+        reply = localclient.call(sock, protocol.AttachTerminal(id=plain, as_user="tester"),
+                                 fds=[slave])
         assert isinstance(reply, protocol.Refusal) and "not a session" in reply.error
-        reply = localclient.call(sock, protocol.AttachTerminal(id=plain))
+        reply = localclient.call(sock, protocol.AttachTerminal(id=plain, as_user="tester"))
         assert isinstance(reply, protocol.Refusal) and "one terminal" in reply.error
         before = len(os.listdir(f"/proc/{agent.pid}/fd"))
         for _ in range(20):  # descriptors sent with any other request are closed at once

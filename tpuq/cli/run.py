@@ -192,10 +192,15 @@ def _attached(job_id: int, pty: Pty) -> int:
     from tpuq.terminal import GONE, relay
 
     how = relay(pty.master)
-    pty.close()
-    if how == GONE:
+    if how == GONE:  # a stop request first: it decides how the session counts
+        import signal
+
+        for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)  # more of the hangup must not cut it short
         _cancel(job_id)
+        pty.close()  # the session's terminal hangs up too
         return 129
+    pty.close()
     from tpuq.cli.wait import wait_for
 
     wait_for([job_id], say=False)
