@@ -19,7 +19,7 @@ import signal
 import struct
 import termios
 import tty
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -106,23 +106,29 @@ def signals_noted(*sigs: signal.Signals) -> Iterator[tuple[int, set[int]]]:
         os.close(w)
 
 
-def relay(master: int, stdin: int = 0, stdout: int = 1) -> str:
+def relay(master: int, stdin: int = 0, stdout: int = 1,
+          ended: Callable[[], bool] = lambda: False, check_every_s: float = 2.0) -> str:
     """Copy bytes both ways until the session's side closes (ENDED) or the caller's
-    terminal goes away (GONE)."""
+    terminal goes away (GONE). `ended` is asked after each `check_every_s` of quiet: a
+    process that left the session's process session may hold its terminal open after
+    the session ended."""
     # SIGINT from elsewhere than the keyboard (whose Ctrl-C is a byte here) is noted and
     # left alone: the session has its own Ctrl-C
     with signals_noted(signal.SIGWINCH, signal.SIGHUP, signal.SIGTERM, signal.SIGINT) as (
             wake, seen), raw(stdin):
-        return _copy(master, stdin, stdout, wake, seen)
+        return _copy(master, stdin, stdout, wake, seen, ended, check_every_s)
 
 
-def _copy(master: int, stdin: int, stdout: int, wake: int, seen: set[int]) -> str:
+def _copy(master: int, stdin: int, stdout: int, wake: int, seen: set[int],
+          ended: Callable[[], bool], check_every_s: float) -> str:
     reading: list[int] = [master, stdin, wake]
     while True:
         try:
-            ready, _, _ = select.select(reading, [], [])
+            ready, _, _ = select.select(reading, [], [], check_every_s)
         except InterruptedError:
             ready = []
+        if not ready and not seen and ended():
+            return ENDED
         if wake in ready:
             _drain(wake)
         if seen & {signal.SIGHUP, signal.SIGTERM}:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from tests.harness import Stack, wait_for
+from tests.harness import FIXTURES, Stack, wait_for
 from tpuq import localclient, protocol
 
 TPUQ = str(Path(sys.executable).parent / "tpuq")
@@ -87,6 +87,25 @@ def _has_child_sleep(stack: Stack, job_id: int) -> bool:
         for p in session_members(pid) if Path(f"/proc/{p}").exists())
 
 
+def test_a_process_that_left_the_session_does_not_keep_the_caller_waiting(stack, host):
+    stack.start_agent(host)
+    child = shell(stack)
+    job_id = session_id(stack)
+    child.sendline("setsid sleep 301 & exit 6")  # a new session holds the terminal still
+    try:
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 6
+        assert stack.job(job_id).state == "failed"
+    finally:
+        for pid in [p for p in os.listdir("/proc") if p.isdigit()]:
+            try:
+                if Path(f"/proc/{pid}/cmdline").read_bytes() == b"sleep\x00301\x00":
+                    os.kill(int(pid), signal.SIGKILL)
+            except OSError:
+                pass
+
+
 def test_success_exits_zero_and_a_closed_terminal_stops_the_session(stack, host):
     stack.start_agent(host)
     child = run(stack, "--", "sh", "-c", "exit 0")
@@ -143,12 +162,28 @@ def test_the_session_is_told_before_its_time_limit_and_is_not_requeued(stack, ho
     assert "a session is not requeued" in (job.reason or "") and job.attempt == 1
 
 
-def test_off_the_host_it_says_what_to_run_there_and_attach_joins_it(stack, host, tmp_path):
+def test_off_the_host_it_attaches_over_ssh_or_says_what_to_run_there(stack, host, tmp_path):
     stack.start_agent(host)
     if stack.deployment == "embedded":  # type: ignore[attr-defined]
         pytest.skip("off the host is the team deployment's")
-    laptop = {"TPUQ_AGENT_SOCKET": str(tmp_path / "no-agent.sock")}
+    ssh_log = tmp_path / "ssh.log"
+    laptop = {"TPUQ_AGENT_SOCKET": str(tmp_path / "no-agent.sock"),  # no agent here
+              "PATH": f"{FIXTURES / 'ssh'}{os.pathsep}{stack.env()['PATH']}",
+              "TPUQ_TEST_SSH_LOG": str(ssh_log)}
     child = run(stack, "--", *BASH, env=laptop)
+    child.expect(r"session (\d+) runs on tpu-a: attaching over SSH "
+                 r"\(ssh -t tpu-a tpuq run --attach (\d+)\)")
+    job_id = int(child.match.group(1))
+    child.expect(rf"session {job_id} starts on tpu-a")  # what tpuq says on the host
+    child.sendline("echo on' 'the host $TPUQ_JOB_ID")
+    child.expect(f"on the host {job_id}")
+    child.sendline("exit 4")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 4
+    assert ssh_log.read_text().startswith("-t tpu-a ")
+    # --no-ssh: it says what to run there, and the first one exits with the session
+    child = run(stack, "--no-ssh", "--", *BASH, env=laptop)
     child.expect(r"session (\d+) runs on tpu-a; attach this terminal there: "
                  r"ssh -t tpu-a tpuq run --attach (\d+)")
     job_id = int(child.match.group(1))

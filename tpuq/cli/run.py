@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 WAITING = ("queued", "held")
 ENDED = ("succeeded", "failed", "cancelled", "timeout")
 POLL_S = 0.5
+SSH_FAILED = 255  # OpenSSH's own status when it could not connect
 
 
 @click.command(context_settings={"ignore_unknown_options": True,
@@ -50,12 +51,20 @@ POLL_S = 0.5
               help="Time between the stop signal and SIGKILL (default: TPUQ_DEFAULT_GRACE_S).")
 @click.option("--export", "export", default="ALL", show_default=True, envvar="TPUQ_EXPORT",
               metavar="ALL|NONE|VAR,...", help="Which of this shell's variables the session gets.")
+@click.option("--ssh/--no-ssh", "use_ssh", default=True, show_default=True,
+              envvar="TPUQ_RUN_SSH",
+              help="From a machine without an agent: attach over `ssh -t HOST` once the "
+                   "session's host is known (--no-ssh: say what to run there).")
+@click.option("--remote-tpuq", envvar="TPUQ_RUN_REMOTE_TPUQ", metavar="PATH", default="",
+              help="tpuq on the session's host, over SSH (default: `tpuq` on its PATH, "
+                   "else /opt/tpuq/venv/bin/tpuq).")
 @click.option("--attach", "attach_id", type=JOB_ID, metavar="ID",
               help="Attach this terminal to session ID, queued by `tpuq run` elsewhere "
                    "(run it on the session's host, as `tpuq run` says).")
 def run(command: tuple[str, ...], chips: int | None, tpu_type: str | None,
         time_limit: str | None, name: str | None, team: str | None, priority: int,
-        stop_signal: str, grace: str | None, export: str, attach_id: int | None) -> None:
+        stop_signal: str, grace: str | None, export: str, use_ssh: bool, remote_tpuq: str,
+        attach_id: int | None) -> None:
     """Run a command interactively on a TPU host: it waits in the queue like any job,
     then runs on this terminal, owning its chips; exits with the command's status.
 
@@ -71,7 +80,8 @@ def run(command: tuple[str, ...], chips: int | None, tpu_type: str | None,
     if attach_id is not None:
         if command:
             raise UserError("--attach ID takes no command: the session has its own")
-        raise SystemExit(_session(cfg, attach_id, submitted=False))
+        raise SystemExit(_session(cfg, attach_id, Remote(use_ssh, remote_tpuq),
+                                  submitted=False))
     if not command:
         raise UserError("what to run? e.g. `tpuq run --chips 1 -- bash`")
     try:
@@ -93,10 +103,29 @@ def run(command: tuple[str, ...], chips: int | None, tpu_type: str | None,
     from tpuq.protocol import Submit, Submitted
 
     job_id = context.ask(Submit(spec=spec.to_dict()), Submitted).id
-    raise SystemExit(_session(cfg, job_id, submitted=True))
+    raise SystemExit(_session(cfg, job_id, Remote(use_ssh, remote_tpuq), submitted=True))
 
 
-def _session(cfg: Settings, job_id: int, *, submitted: bool) -> int:
+class Remote:
+    """How a session on another machine is reached: `ssh -t` (use_ssh), else words."""
+
+    def __init__(self, use_ssh: bool, remote_tpuq: str) -> None:
+        self.use_ssh = use_ssh
+        self.remote_tpuq = remote_tpuq
+
+    def command(self, job_id: int) -> str:
+        """What runs on the session's host: its tpuq, found as `tpuq pod` finds it."""
+        import shlex
+
+        from tpuq.pod.clean import INSTALLED
+
+        find = (f"T={shlex.quote(self.remote_tpuq)}" if self.remote_tpuq else
+                f"T=$(command -v tpuq || echo {INSTALLED})")
+        return (f"[ -r /etc/profile.d/tpuq.sh ] && . /etc/profile.d/tpuq.sh; {find}; "
+                f'exec "$T" run --attach {job_id}')
+
+
+def _session(cfg: Settings, job_id: int, remote: Remote, *, submitted: bool) -> int:
     """The session from here to its end: its exit status."""
     from tpuq.terminal import Pty
 
@@ -115,7 +144,7 @@ def _session(cfg: Settings, job_id: int, *, submitted: bool) -> int:
             return _ended(job)
         if attached_here is None or job["host"] != attached_here:
             pty.close()
-            return _elsewhere(cfg, job_id, str(job["host"]))
+            return _elsewhere(job_id, str(job["host"]), remote)
         return _attached(job_id, pty)
     finally:
         pty.close()
@@ -191,7 +220,7 @@ def _attached(job_id: int, pty: Pty) -> int:
     """Copy the terminal until the session's side closes, then its exit status."""
     from tpuq.terminal import GONE, relay
 
-    how = relay(pty.master)
+    how = relay(pty.master, ended=lambda: _show(job_id)["state"] in ENDED)
     if how == GONE:  # a stop request first: it decides how the session counts
         import signal
 
@@ -207,10 +236,20 @@ def _attached(job_id: int, pty: Pty) -> int:
     return _ended(_show(job_id))
 
 
-def _elsewhere(cfg: Settings, job_id: int, host: str) -> int:
-    """The session starts on another machine: what to run there."""
-    _say(f"session {job_id} runs on {host}; attach this terminal there: "
-         f"ssh -t {host} tpuq run --attach {job_id}")
+def _elsewhere(job_id: int, host: str, remote: Remote) -> int:
+    """The session starts on another machine: attach there over SSH, else say how."""
+    import shutil
+    import subprocess
+
+    attach = f"ssh -t {host} tpuq run --attach {job_id}"
+    if remote.use_ssh and shutil.which("ssh") and sys.stdin.isatty():
+        _say(f"session {job_id} runs on {host}: attaching over SSH ({attach})")
+        code = subprocess.call(["ssh", "-t", host, remote.command(job_id)])
+        job = _show(job_id)
+        if job["state"] in ENDED:
+            return code if code != SSH_FAILED else _ended(job)
+        _say(f"no terminal reached session {job_id} over SSH (status {code})")
+    _say(f"session {job_id} runs on {host}; attach this terminal there: {attach}")
     from tpuq.cli.wait import wait_for
 
     wait_for([job_id], say=False)
