@@ -100,8 +100,11 @@ def run(command: tuple[str, ...], chips: int | None, tpu_type: str | None,
     if spec.workers is not None:
         raise UserError(f"a session runs on one host; {spec.tpu_type} is a slice of "
                         f"{spec.workers} (use `tpuq submit`)")
+    from tpuq import localclient
     from tpuq.protocol import Submit, Submitted
 
+    if cfg.embedded and localclient.ping(cfg.socket_path) is None:
+        raise UserError("no agent is running on this VM; start one with `tpuq agent`")
     job_id = context.ask(Submit(spec=spec.to_dict()), Submitted).id
     raise SystemExit(_session(cfg, job_id, Remote(use_ssh, remote_tpuq), submitted=True))
 
