@@ -130,6 +130,9 @@ class JobSpec:
         for flag in ("requeue_on_preempt", "tcmalloc", "session"):
             if not isinstance(getattr(self, flag), bool):
                 raise SpecError(f"{flag} must be true or false")
+        if self.session and self.workers is not None:
+            raise SpecError(f"a session runs on one host; {self.tpu_type} is a slice of "
+                            f"{self.workers} workers (use `tpuq submit`)")
         if self.resubmit_of is not None:
             self.resubmit_of = _int(self.resubmit_of, "resubmit_of", 1, MAX_ID)
         self.notify, self.notify_to = notify_fields(self.notify, self.notify_to)

@@ -66,7 +66,7 @@ def test_a_shell_runs_on_the_callers_terminal_and_exits_with_its_status(stack, h
     child.sendintr()
     child.expect(READY, timeout=10)
     status = stack.tpuq("status", "--json").stdout
-    assert {"id": job_id, "state": "running"}.items() <= next(
+    assert {"id": job_id, "state": "running", "session": True}.items() <= next(
         j for j in json.loads(status) if j["id"] == job_id).items()
     child.sendline("exit 7")
     child.expect(pexpect.EOF)

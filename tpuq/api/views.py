@@ -44,6 +44,7 @@ def job_object(row: Any, viewer: Caller, env: Mapping[str, str] | None = None,
         # reach them (None: a shared root, or none yet)
         "checkpoint_dir": getattr(row, "checkpoint_dir", None),
         "checkpoint_host": getattr(row, "checkpoint_host", None),
+        "session": bool(getattr(row, "session", False)),  # interactive (`tpuq run`)
     }
     if env is not None:
         obj["env"] = dict(env) if viewer.owns(row.owner) else dict.fromkeys(env, HIDDEN)

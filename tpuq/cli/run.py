@@ -97,9 +97,6 @@ def run(command: tuple[str, ...], chips: int | None, tpu_type: str | None,
         ).validate()
     except SpecError as e:
         raise UserError(str(e)) from None
-    if spec.workers is not None:
-        raise UserError(f"a session runs on one host; {spec.tpu_type} is a slice of "
-                        f"{spec.workers} (use `tpuq submit`)")
     from tpuq import localclient
     from tpuq.protocol import Submit, Submitted
 
