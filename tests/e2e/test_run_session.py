@@ -141,8 +141,9 @@ def test_it_waits_saying_why_while_another_job_holds_the_chips(stack, host):
     assert child.exitstatus == 3
 
 
-def test_the_session_is_told_before_its_time_limit_and_is_not_requeued(stack, host):
-    stack.start_agent(host)
+def test_the_session_is_told_before_its_time_limit_and_a_stop_and_is_not_requeued(
+        stack, host, metadata):
+    stack.start_agent(host, TPUQ_METADATA_URL=metadata.url)
     child = shell(stack, "--time", "4s", "--grace", "1s")
     job_id = session_id(stack)
     child.expect(r"reaches its time limit \(4s\) in 1s; then it gets SIGHUP", timeout=10)
@@ -156,6 +157,17 @@ def test_the_session_is_told_before_its_time_limit_and_is_not_requeued(stack, ho
     stack.wait_process(job_id)
     stack.tpuq("preempt", str(job_id))
     child.expect(r"the host is preempted: it gets SIGHUP now")
+    child.expect(pexpect.EOF)
+    child.close()
+    job = stack.wait_state(job_id, "failed")
+    assert "a session is not requeued" in (job.reason or "") and job.attempt == 1
+    # the platform's maintenance notice: said in the session, with its words, then the stop
+    child = shell(stack)
+    job_id = session_id(stack)
+    stack.wait_process(job_id)
+    metadata.set("instance/maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
+    child.expect(r"the host is preempted \(.*maintenance-event TERMINATE_ON_HOST_MAINTENANCE.*\): "
+                 r"it gets SIGHUP now")
     child.expect(pexpect.EOF)
     child.close()
     job = stack.wait_state(job_id, "failed")
