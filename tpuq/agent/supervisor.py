@@ -335,14 +335,19 @@ class Supervisor(threading.Thread):
             self.link.send(op="lease", until=asked_at + self.ctx.settings.lease_s)
         if verdict is Verdict.SIGNAL and not self._stop_sent:
             grace = self._stop_grace(lease.stop_request if lease else None)
-            why = STOP_WORDS.get(str(lease.stop_request if lease else ""), "the session is stopped")
-            notice = self.ctx.platform_notice()
-            self._say(f"tpuq: {why}{f' ({notice})' if notice else ''}: it gets "
-                      f"{self.spec.stop_signal} now, SIGKILL in {_span(grace)}")
+            if self.spec.session:
+                self._say_stop(lease.stop_request if lease else None, grace)
             self.link.send(op="stop", signal=self.spec.stop_signal, grace=grace)
             self._stop_sent = True
             deadlines.signalled(time.monotonic(), grace)
         return False
+
+    def _say_stop(self, stop_request: str | None, grace: float) -> None:
+        """Why the session stops, and when, before its stop signal."""
+        why = STOP_WORDS.get(stop_request or "", "the session is stopped")
+        notice = self.ctx.platform_notice()
+        self._say(f"tpuq: {why}{f' ({notice})' if notice else ''}: it gets "
+                  f"{self.spec.stop_signal} now, SIGKILL in {_span(grace)}")
 
     def _say(self, text: str) -> None:
         """A line in a session's terminal (nothing for other jobs)."""
