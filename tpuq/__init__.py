@@ -31,6 +31,7 @@ Leaf modules, stdlib only, used by every layer:
 - `checkpoints.py` where a job's checkpoints live (a shared root, or one host's disk)
 - `protocol.py`    the agent socket's typed requests and replies
 - `localclient.py` the client side of that socket
+- `terminal.py`    an interactive session's caller side: its pty, raw mode, the copy
 - `users.py`       uid -> user name
 - `destinations.py` where notifications may go: nothing on the host, link-local or ours
 - `job.py`         the job-side helper (`from tpuq import job`)

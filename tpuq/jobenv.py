@@ -65,6 +65,9 @@ SESSION_VARS = {  # they describe the submitting terminal session, which the job
     "_": "the shell's last command", "PS1": "the prompt", "PROMPT_COMMAND": "the prompt",
     "MAIL": "the login's mailbox", "HISTFILE": "the shell's history",
 }
+# ...but an interactive session (`tpuq run`) runs on its caller's terminal, which these
+# describe truly
+TERMINAL_VARS = ("TERM", "COLORTERM", "LS_COLORS", "TERM_PROGRAM", "TERM_PROGRAM_VERSION")
 SESSION_PREFIXES = ("SSH_", "XDG_SESSION_", "BYOBU_")  # an SSH connection or login session
 # tpuq sets these for the account the job runs as, and for the attempt:
 OWNED = ("HOME", "USER", "LOGNAME", COORDINATOR_PORT, COORDINATOR_ADDRESS)
@@ -190,6 +193,11 @@ def capture(environ: Mapping[str, str], assignments: Sequence[str],
         if not tpuq_sets_or_clears(name):  # dropped() lists it for `tpuq show`
             env[name] = value
     return env
+
+
+def terminal(environ: Mapping[str, str]) -> dict[str, str]:
+    """What a session takes besides (capture): its caller's terminal's description."""
+    return {k: environ[k] for k in TERMINAL_VARS if k in environ}
 
 
 def from_agent(environ: Mapping[str, str]) -> dict[str, str]:

@@ -31,8 +31,9 @@ class AgentNoAnswer(OSError):
     out (a submit committed just before the agent died), so it must not be redone."""
 
 
-def call(path: str, request: Request, timeout: float = 30.0) -> Reply:
-    """One request, one reply (a Refusal says why it was not carried out)."""
+def call(path: str, request: Request, timeout: float = 30.0, fds: list[int] | None = None) -> Reply:
+    """One request, one reply (a Refusal says why it was not carried out). `fds` travel
+    with the request's first bytes (SCM_RIGHTS): a session's terminal."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(timeout)
     try:
@@ -41,7 +42,9 @@ def call(path: str, request: Request, timeout: float = 30.0) -> Reply:
         except OSError as e:  # missing, refused, not ours to open: nothing was sent
             raise AgentUnavailable(str(e)) from None
         try:
-            s.sendall(protocol.encode(request))
+            data = protocol.encode(request)
+            sent = socket.send_fds(s, [data], fds) if fds else 0
+            s.sendall(data[sent:])
             s.shutdown(socket.SHUT_WR)
             chunks = []
             while chunk := s.recv(65536):

@@ -314,10 +314,19 @@ class FleetReport(Request):
     until: float | None = None
 
 
+class AttachTerminal(Request):
+    """The terminal of session `id` (`tpuq run`): the slave end of the caller's
+    pseudo-terminal travels with this request as SCM_RIGHTS, so only the host's agent
+    serves it, and only for the session's owner."""
+
+    OP: ClassVar[str] = "attach"
+    id: int = 0
+
+
 REQUESTS: dict[str, type[Request]] = {cls.OP: cls for cls in (
     Ping, Wake, WhoAmI, Submit, ListJobs, ShowJob, ReadLog, Control, Resubmit, Drain,
     ForgetHost, History, Update, QuotaReport, QuotaSet, Membership, AdminSet, CleanTpu,
-    ReadResult, FleetReport)}
+    ReadResult, FleetReport, AttachTerminal)}
 
 
 # ---- replies ---------------------------------------------------------------------------------

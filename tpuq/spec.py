@@ -27,10 +27,10 @@ SPEC_FIELDS = (
     "command", "cwd", "env", "owner", "team", "name", "priority", "chips", "tpu_type",
     "stop_signal", "grace_s", "time_limit_s", "max_retries", "requeue_on_preempt",
     "tcmalloc", "resubmit_of", "notify", "notify_to", "env_dropped", "begin_at", "output",
-    "option_sources",
+    "option_sources", "session",
 )
 # fields sent only when set: an agent of the release before them still takes the spec
-LATER_FIELDS = ("begin_at", "output", "option_sources")
+LATER_FIELDS = ("begin_at", "output", "option_sources", "session")
 
 # What fits the columns (state/models.py) and what a sane job asks for.
 MAX_NAME = 200
@@ -97,6 +97,8 @@ class JobSpec:
     begin_at: float | None = None  # --begin: not started before (epoch seconds)
     output: str | None = None  # --output: also written here, as its owner (outputs.py)
     option_sources: dict[str, str] | None = None  # option -> where it came from
+    # an interactive session (`tpuq run`): it starts only on its caller's terminal
+    session: bool = False
 
     def validate(self) -> JobSpec:
         """Check every field's type, range and length; SpecError says what is wrong."""
@@ -133,9 +135,12 @@ class JobSpec:
             if self.time_limit_s <= 0:
                 raise SpecError("--time must be positive")
         self.max_retries = _int(self.max_retries, "--max-retries", 0, MAX_RETRIES)
-        for flag in ("requeue_on_preempt", "tcmalloc"):
+        for flag in ("requeue_on_preempt", "tcmalloc", "session"):
             if not isinstance(getattr(self, flag), bool):
                 raise SpecError(f"{flag} must be true or false")
+        if self.session and self.workers is not None:
+            raise SpecError(f"a session runs on one host; {self.tpu_type} is a slice of "
+                            f"{self.workers} workers (use `tpuq submit`)")
         if self.resubmit_of is not None:
             self.resubmit_of = _int(self.resubmit_of, "resubmit_of", 1, MAX_ID)
         self.notify, self.notify_to = notify_fields(self.notify, self.notify_to)
@@ -155,7 +160,7 @@ class JobSpec:
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         for name in LATER_FIELDS:
-            if out[name] is None:
+            if out[name] is None or out[name] is False:
                 del out[name]
         return out
 

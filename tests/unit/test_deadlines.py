@@ -102,3 +102,20 @@ def test_a_short_stop_kills_after_its_own_grace_not_the_jobs() -> None:
     d.signalled(100.0, 5.0)
     assert d.wait_s(100.0) == 5.0
     assert d.due(105.0, woken=False, kill_now=False).kill is True
+
+
+def test_a_session_is_warned_once_before_its_time_limit() -> None:
+    d = deadlines(time_limit_s=100.0, renew_every_s=50.0, warn_s=60.0)  # limit at 200
+    assert d.wait_s(100.0) == 40.0, "the warning (at 140) is the next deadline"
+    assert not d.due(139.9, woken=False, kill_now=False).warn
+    assert d.due(140.0, woken=False, kill_now=False) == Due(warn=True)
+    assert not d.due(141.0, woken=False, kill_now=False).warn, "once"
+    assert d.next_deadline() == 150.0
+    assert d.due(200.0, woken=False, kill_now=False).ask_timeout
+
+
+def test_no_warning_without_a_limit_or_once_stopping() -> None:
+    assert deadlines(warn_s=25.0).warn_at() is None
+    d = deadlines(time_limit_s=100.0, warn_s=25.0)
+    d.signalled(101.0)
+    assert d.warn_at() is None

@@ -38,6 +38,7 @@ plausible: dict[str, st.SearchStrategy[Any]] = {
     "max_retries": st.integers(-5, 200) | json_values,
     "requeue_on_preempt": st.booleans() | json_values,
     "tcmalloc": st.booleans() | json_values,
+    "session": st.booleans() | json_values,
     "resubmit_of": st.none() | st.integers(-5, 2**64) | json_values,
     "notify": st.none() | st.sampled_from(["end", "fail,preempt", "all", "none", "x", ""])
     | st.text(max_size=12) | json_values,
@@ -91,6 +92,7 @@ def test_every_spec_is_accepted_clean_or_refused_in_one_line(data: Any) -> None:
                                          and 0 < spec.time_limit_s <= spec_mod.MAX_TIME_LIMIT_S)
     assert type(spec.max_retries) is int and 0 <= spec.max_retries <= spec_mod.MAX_RETRIES
     assert type(spec.tcmalloc) is bool and type(spec.requeue_on_preempt) is bool
+    assert type(spec.session) is bool
     assert spec.stop_signal.startswith("SIG")
     assert spec.begin_at is None or (math.isfinite(spec.begin_at) and spec.begin_at >= 0)
     assert spec.output is None or (spec.output.startswith("/") and "\x00" not in spec.output)

@@ -8,6 +8,7 @@
 - `executor.py`    assigned attempts in, supervisors out; the TPU must be ours first
 - `attempt.py`     what the agent needs of one attempt to run it (AttemptSpec)
 - `supervisor.py`  one attempt, the agent's half: launch, lease, stop, outcome
+- `terminals.py`   sessions' terminals (`tpuq run`), from their caller to their start
 - `handover.py`    SIGUSR2: running jobs left to their keepers, waiting for a new agent
 - `gang.py`        one worker's task of a slice job: start barrier, gang stop, its end
 - `topology.py`    which multi-host slice this host is a worker of (settings, metadata)

@@ -33,6 +33,7 @@ class AttemptSpec:
     checkpoint_dir: str | None = None  # as the scheduler recorded it (checkpoints.py)
     started_over: str | None = None  # why it starts without the job's earlier checkpoints
     output: str | None = None  # --output, its %j/%a expanded: written as its owner too
+    session: bool = False  # interactive (`tpuq run`): it starts on its caller's terminal
 
     @property
     def worker(self) -> int | None:
@@ -60,4 +61,5 @@ class AttemptSpec:
                    time_limit_s=job.time_limit_s, tcmalloc=job.tcmalloc,
                    resumed=attempt > 1 and not over, owner=job.owner,
                    checkpoint_dir=getattr(job, "checkpoint_dir", None), started_over=over,
-                   output=output or None, **more)
+                   output=output or None,
+                   session=bool(getattr(job, "session", False)), **more)

@@ -20,6 +20,7 @@ class Due:
     ask_timeout: bool = False
     renew: bool = False
     watch: bool = False
+    warn: bool = False  # tell a session its time limit is near
 
 
 class Verdict(Enum):
@@ -33,9 +34,12 @@ class AttemptDeadlines:
 
     def __init__(self, *, now: float, renew_every_s: float, retry_every_s: float,
                  time_limit_s: float | None, grace_s: float, ran_s: float = 0.0,
-                 watch_every_s: float | None = None) -> None:
+                 watch_every_s: float | None = None, warn_s: float | None = None) -> None:
         """`ran_s`: how long the attempt has run already (one an agent adopts);
-        `watch_every_s`: look at the other workers of a slice job this often."""
+        `watch_every_s`: look at the other workers of a slice job this often; `warn_s`:
+        say so this long before the time limit (a session's person)."""
+        self.warn_s = warn_s
+        self.warned = False
         self.started = now - ran_s
         self.renew_every_s = renew_every_s
         self.retry_every_s = retry_every_s
@@ -53,9 +57,16 @@ class AttemptDeadlines:
             return None
         return self.started + self.time_limit_s
 
+    def warn_at(self) -> float | None:
+        """When to say the time limit is near; None without one, or once said."""
+        limit = self.limit_at()
+        if limit is None or self.warn_s is None or self.warned:
+            return None
+        return limit - self.warn_s
+
     def next_deadline(self) -> float:
-        return min(t for t in (self.next_renew, self.kill_at, self.limit_at(), self.next_watch)
-                   if t is not None)
+        return min(t for t in (self.next_renew, self.kill_at, self.limit_at(), self.next_watch,
+                               self.warn_at()) if t is not None)
 
     def wait_s(self, now: float) -> float:
         return max(0.0, self.next_deadline() - now)
@@ -66,7 +77,9 @@ class AttemptDeadlines:
         kill = kill_now or (self.kill_at is not None and now >= self.kill_at)
         if kill:
             self.kill_at = None
-        limit = self.limit_at()
+        limit, warn_at = self.limit_at(), self.warn_at()
+        warn = warn_at is not None and now >= warn_at
+        self.warned = self.warned or warn
         ask_timeout = limit is not None and now >= limit
         renew = woken or ask_timeout or now >= self.next_renew
         if renew:
@@ -74,7 +87,7 @@ class AttemptDeadlines:
         watch = self.next_watch is not None and now >= self.next_watch and not renew
         if self.watch_every_s is not None and (watch or renew):
             self.next_watch = now + self.watch_every_s  # a renewal watches too
-        return Due(kill=kill, ask_timeout=ask_timeout, renew=renew, watch=watch)
+        return Due(kill=kill, ask_timeout=ask_timeout, renew=renew, watch=watch, warn=warn)
 
     def renewed(self, now: float, *, held: bool | None, stop_requested: bool) -> Verdict:
         """The renewal's result: `held` None while the database is unavailable."""

@@ -23,6 +23,7 @@ from tpuq.agent.chiplocks import lock_paths
 from tpuq.agent.devwatch import DeviceWatch
 from tpuq.agent.keepers import KeeperLink, KeeperServer, clock
 from tpuq.agent.supervisor import Supervisor
+from tpuq.agent.terminals import Terminals
 from tpuq.agent.workdirs import WorkDirs
 from tpuq.settings import Settings
 from tpuq.spec import SpecError, check_runnable
@@ -65,6 +66,7 @@ class Executor:
                                  queries.instance_id(s))
         # per host name: fake hosts (and a team's agents in tests) may share a home
         self.keepers = KeeperServer(os.path.join(settings.home, "run", self.name))
+        self.terminals = Terminals()  # sessions' terminals (`tpuq run`), until they start
 
     # ---- the HostContext the supervisors use (supervisor.HostContext) ------------------
     def log_path(self, job_id: int, attempt: int, worker: int | None = None) -> str:

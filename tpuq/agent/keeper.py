@@ -24,13 +24,22 @@ end is not its end), and the server forks another. A launch then waits for neith
 fresh interpreter (tens of milliseconds) nor a fork. Nothing here imports
 SQLAlchemy until a keeper must record an outcome itself.
 
+An interactive session (`tpuq run`) comes with its caller's terminal (the slave end of
+a pseudo-terminal, passed with the launch as SCM_RIGHTS): the job runs on it as its
+controlling terminal (its own session, TIOCSCTTY), so the terminal's line discipline
+turns the caller's Ctrl-C into SIGINT for the job's foreground processes. Its output
+then goes to the caller, not to the log; what tpuq says to the person (a time limit
+coming, a stop) the keeper writes into that terminal.
+
 Messages are JSON lines. Agent -> keeper: {"op": "lease", "until": t}, {"op": "stop",
-"signal": name, "grace": s}, {"op": "kill"}, {"op": "collected"}. Keeper -> agent:
-{"event": "started", ...}, {"event": "ended", ...} (and "status" on connecting).
+"signal": name, "grace": s}, {"op": "kill"}, {"op": "collected"}, {"op": "say",
+"text": t} (a session's terminal). Keeper -> agent: {"event": "started", ...},
+{"event": "ended", ...} (and "status" on connecting).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -40,6 +49,7 @@ import signal
 import socket
 import subprocess
 import sys
+import termios
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -89,6 +99,7 @@ class Launch:
     chip_locks: list[str] = field(default_factory=list)  # flock'ed for the keeper's life
     instance: str = ""  # the database's (workdirs.py): an exit file names whose it is
     output: str | None = None  # --output: a file of the owner's the output also goes to
+    tty: bool = False  # a session: its terminal comes with the launch (SCM_RIGHTS)
 
     @property
     def kill_margin_s(self) -> float:
@@ -107,8 +118,10 @@ COLLECT_WAIT_S = 1.0
 
 # ---- the keeper ---------------------------------------------------------------------------------
 class Keeper:
-    def __init__(self, launch: Launch, agent: socket.socket | None) -> None:
+    def __init__(self, launch: Launch, agent: socket.socket | None, tty: int = -1) -> None:
         self.launch = launch
+        self.tty = tty  # a session's terminal (the job's stdin, stdout and stderr)
+        self.say_fd = -1  # the same terminal opened apart, non-blocking: what tpuq says
         self.sel = selectors.DefaultSelector()
         self.conns: dict[socket.socket, bytes] = {}  # connected agents and their input
         if agent is not None:
@@ -143,26 +156,38 @@ class Keeper:
         except ChipBusy as e:
             self._end({"code": None, "signal": None, "error": str(e), "host_error": True})
             return
-        r, w = os.pipe()
         kw: dict[str, Any] = {}
         if la.user is not None:
             kw = {"user": la.user, "group": la.group, "extra_groups": la.groups}
+        if self.tty >= 0:
+            self.log.write(b"[tpuq: an interactive session: its output went to its "
+                           b"caller's terminal]\n")
+            self.log.flush()
+            kw.update(stdin=self.tty, stdout=self.tty, stderr=self.tty,
+                      preexec_fn=_take_terminal)
+            r = w = -1
+        else:
+            r, w = os.pipe()
+            kw.update(stdin=subprocess.DEVNULL, stdout=w, stderr=subprocess.STDOUT)
         try:
             self.proc = subprocess.Popen(
-                la.argv, cwd=la.cwd, env=la.env, stdin=subprocess.DEVNULL, stdout=w,
-                stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+                la.argv, cwd=la.cwd, env=la.env, start_new_session=True, close_fds=True,
                 restore_signals=True, umask=la.umask, **kw)
-        except (OSError, ValueError) as e:
-            os.close(r)
-            os.close(w)
+        except (OSError, ValueError, subprocess.SubprocessError) as e:
+            for fd in (r, w):
+                if fd >= 0:
+                    os.close(fd)
             self._end({"code": None, "signal": None, "error": f"could not start: {e}"})
             return
-        os.close(w)
-        self.out = r
-        os.set_blocking(r, False)
         self.pidfd = os.pidfd_open(self.proc.pid)
         self.sel.register(self.pidfd, selectors.EVENT_READ, "exit")
-        self.sel.register(r, selectors.EVENT_READ, "output")
+        if r >= 0:
+            os.close(w)
+            self.out = r
+            os.set_blocking(r, False)
+            self.sel.register(r, selectors.EVENT_READ, "output")
+        else:
+            self.say_fd = _open_apart(self.tty)
         self._send_all({"event": "started", "pid": self.proc.pid, "keeper_pid": os.getpid(),
                         "start_ticks": proc_start_ticks(self.proc.pid)})
 
@@ -218,6 +243,8 @@ class Keeper:
         fence_kill = la.lease_until - la.kill_margin_s
         if now >= fence_kill - la.stop_lead_s and not self.stop_sent:
             self.fenced = True
+            self.say("tpuq: this host's agent is unreachable and the session's lease runs "
+                     "out: it stops now")
             self._signal(signal.SIGTERM)
             self.stop_sent = True
         if now >= fence_kill or (self.kill_at is not None and now >= self.kill_at):
@@ -277,6 +304,18 @@ class Keeper:
             self._signal(signal.SIGKILL)
         elif op == "collected":
             self.collected = True
+        elif op == "say" and isinstance(msg.get("text"), str):
+            self.say(msg["text"])
+
+    def say(self, text: str) -> None:
+        """A line from tpuq in a session's terminal, on a line of its own; dropped when
+        the terminal cannot take it at once (its reader stopped reading)."""
+        if self.say_fd < 0 or self.ended is not None:
+            return
+        try:
+            os.write(self.say_fd, f"\r\n[{text[:500]}]\r\n".encode(errors="replace"))
+        except OSError:
+            pass
 
     def _status(self) -> dict[str, Any]:
         la = self.launch
@@ -309,6 +348,18 @@ class Keeper:
             try:
                 os.killpg(self.proc.pid, sig)
                 self.signalled = True
+            except (ProcessLookupError, PermissionError):
+                pass
+            self._signal_session(sig)
+
+    def _signal_session(self, sig: signal.Signals) -> None:
+        """A session's shell puts each of its jobs in a process group of its own: they
+        are reached through the session (the leader's pid is its id)."""
+        if self.tty < 0 or self.proc is None:
+            return
+        for pid in session_members(self.proc.pid):
+            try:
+                os.kill(pid, sig)
             except (ProcessLookupError, PermissionError):
                 pass
 
@@ -381,15 +432,17 @@ class Keeper:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        self._signal_session(signal.SIGKILL)
         rc = self.proc.wait()
         self.sel.unregister(self.pidfd)
         os.close(self.pidfd)
-        deadline = clock() + DRAIN_S
-        while self._copy_output(until=deadline) and clock() < deadline:
-            time.sleep(0.01)
-        self.sel.unregister(self.out)
-        os.close(self.out)
-        self.out = -1
+        if self.out >= 0:
+            deadline = clock() + DRAIN_S
+            while self._copy_output(until=deadline) and clock() < deadline:
+                time.sleep(0.01)
+            self.sel.unregister(self.out)
+            os.close(self.out)
+            self.out = -1
         self._end({"code": rc if rc >= 0 else None, "signal": -rc if rc < 0 else None})
 
     def _end(self, status: dict[str, Any]) -> None:
@@ -402,6 +455,10 @@ class Keeper:
         if self.copy >= 0:
             os.close(self.copy)
             self.copy = -1
+        for fd in (self.tty, self.say_fd):  # the caller's terminal sees the end (EIO)
+            if fd >= 0:
+                os.close(fd)
+        self.tty = self.say_fd = -1
         self.ended_clock = clock()
         self.ended = {**status, "fenced": self.fenced, "signalled": self.signalled,
                       "dropped": self.dropped,
@@ -512,13 +569,18 @@ def _wait_for_launch(listener: socket.socket, alive_r: int) -> socket.socket | N
 
 
 def _keep(conn: socket.socket) -> None:
+    fds: list[int] = []
     try:
         conn.settimeout(10.0)
-        launch = Launch(**json.loads(_read_line(conn)))
+        launch = Launch(**json.loads(_read_line(conn, fds=fds)))
+        if launch.tty != bool(fds):
+            raise ValueError("a session's launch comes with its terminal, only a session's")
     except (OSError, ValueError, TypeError) as e:
+        for fd in fds:
+            os.close(fd)
         _reply(conn, {"event": "error", "message": f"bad launch request: {e}"})
         return
-    keeper = Keeper(launch, conn)
+    keeper = Keeper(launch, conn, tty=fds[0] if fds else -1)
     keeper.start()  # the job first; then the socket a later agent finds the keeper by
     path = keeper_socket(launch.run_dir, launch.job_id, launch.attempt)
     listener = _listen(path)
@@ -544,16 +606,56 @@ def _listen(path: str) -> socket.socket:
     return s
 
 
-def _read_line(conn: socket.socket, limit: int = 8 * 1024 * 1024) -> bytes:
+def _read_line(conn: socket.socket, limit: int = 8 * 1024 * 1024,
+               fds: list[int] | None = None) -> bytes:
+    """The first line; descriptors that came with it (at most one) added to `fds`."""
     buf = b""
     while b"\n" not in buf:
-        chunk = conn.recv(65536)
+        chunk, got, _, _ = socket.recv_fds(conn, 65536, 1)
+        for fd in got:
+            if fds is not None and not fds:
+                fds.append(fd)
+            else:
+                os.close(fd)
         if not chunk:
             break
         buf += chunk
         if len(buf) > limit:
             raise ValueError("request too large")
     return buf.split(b"\n", 1)[0]
+
+
+def session_members(sid: int) -> list[int]:
+    """Processes of session `sid` (from /proc/<pid>/stat), but the leader itself."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == sid:
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+            fields = stat[stat.rindex(b")") + 2:].split()
+        except (OSError, ValueError):
+            continue
+        if len(fields) > 3 and fields[3] == str(sid).encode():
+            found.append(int(name))
+    return found
+
+
+def _take_terminal() -> None:
+    """In the session's process, before exec (after setsid): its stdin, the caller's
+    terminal, becomes its controlling terminal, with this process group in the
+    foreground."""
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+def _open_apart(tty: int) -> int:
+    """The terminal opened again, non-blocking (O_NONBLOCK on `tty` itself would reach
+    the job's own stdin and stdout, which share its open file); -1 when it cannot be."""
+    try:
+        return os.open(os.ttyname(tty), os.O_WRONLY | os.O_NOCTTY | os.O_NONBLOCK)
+    except OSError:
+        return -1
 
 
 def _reply(conn: socket.socket, msg: dict[str, Any]) -> None:

@@ -141,16 +141,22 @@ class KeeperServer:
         finally:
             s.close()
 
-    def launch(self, launch: Launch) -> tuple[KeeperLink, dict[str, Any]]:
+    def launch(self, launch: Launch, tty: int | None = None) -> tuple[KeeperLink, dict[str, Any]]:
         """Start an attempt under a new keeper: the link to it, and what it said first
-        ("started" with the job's pid, or "ended" when it could not start)."""
+        ("started" with the job's pid, or "ended" when it could not start). A session's
+        terminal `tty` goes with the launch (the caller still closes its own copy)."""
         if self.proc is None or self.proc.poll() is not None:
             log.warning("the keeper server is gone; starting it again")
             self.start()
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.settimeout(START_TIMEOUT_S)
         s.connect(self.path)
-        s.sendall(json.dumps(asdict(launch)).encode() + b"\n")
+        line = json.dumps(asdict(launch)).encode() + b"\n"
+        if tty is None:
+            s.sendall(line)
+        else:  # the descriptor rides on the first bytes; the rest follows plainly
+            sent = socket.send_fds(s, [line], [tty])
+            s.sendall(line[sent:])
         link = KeeperLink(s)
         first = link.wait_event(START_TIMEOUT_S)
         if first.get("event") == "error":

@@ -14,9 +14,11 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from tpuq.agent.terminals import Refused, Terminals, check_terminal
 from tpuq.api.caller import Caller
 from tpuq.api.handlers import Api, Reasons
 from tpuq.protocol import (
+    AttachTerminal,
     CleanTpu,
     Done,
     Failure,
@@ -30,11 +32,12 @@ from tpuq.protocol import (
     Wake,
 )
 from tpuq.settings import Settings
-from tpuq.state import admins
+from tpuq.state import admins, queries
 from tpuq.state.db import Database
 from tpuq.users import name_of
 
 log = logging.getLogger("tpuq.agent")
+OPEN = ("queued", "held", "assigned", "running")  # a session that may still start
 
 
 class LocalApi:
@@ -43,13 +46,15 @@ class LocalApi:
 
     def __init__(self, settings: Settings, db: Database, *, on_submit: Callable[[], None],
                  on_change: Callable[[], None], reasons: Reasons | None = None,
-                 free_tpu: Callable[[], dict[str, Any]] | None = None) -> None:
+                 free_tpu: Callable[[], dict[str, Any]] | None = None,
+                 terminals: Terminals | None = None) -> None:
         self.settings = settings
         self.db = db
         self.on_submit = on_submit
         self.on_change = on_change
         self.free_tpu = free_tpu
         self.api = Api(settings, db, here=settings.host, reasons=reasons)
+        self.terminals = terminals or Terminals()  # sessions' terminals, for their start
 
     def handle(self, req: Request, uid: int) -> Reply:
         if isinstance(req, Ping):
@@ -68,6 +73,45 @@ class LocalApi:
             # a new job only concerns the scheduler; anything else may concern any host
             self.on_submit() if isinstance(req, Submit) else self.on_change()
         return reply
+
+    def attach(self, req: Request, uid: int, fds: list[int]) -> Reply:
+        """A session's terminal (the slave end of its caller's pty, `fds`), kept for its
+        start here. Only the session's owner hands it over: whoever holds a session's
+        terminal types into it. Every fd received is kept or closed here."""
+        try:
+            if not isinstance(req, AttachTerminal) or len(fds) != 1:
+                raise Refused("attach takes one terminal, passed with the request")
+            check_terminal(fds[0])
+            self._may_attach(req, uid)
+        except Refused as e:
+            for fd in fds:
+                os.close(fd)
+            return Refusal(kind=Failure.REFUSED, error=str(e))
+        try:
+            self.terminals.offer(req.id, fds[0], uid)
+        except Refused as e:
+            return Refusal(kind=Failure.REFUSED, error=str(e))
+        return Done()
+
+    def _may_attach(self, req: AttachTerminal, uid: int) -> None:
+        if req.deployment not in (None, self.settings.deployment):
+            raise Refused(f"this agent serves {self.settings.deployment}")
+        caller = self.caller(uid, req.as_user)
+        with self.db.read() as s:
+            row = queries.job(s, req.id)
+            kept = {j: queries.job(s, j) for j in self.terminals.waiting()}
+        for job_id, other in kept.items():  # ended, or started elsewhere: not ours to keep
+            if other is None or other.state not in OPEN or (
+                    other.host not in (None, self.settings.host)):
+                self.terminals.drop(job_id)
+        if row is None or not (caller.name == row.owner):
+            raise Refused(f"no session {req.id} of yours")
+        if not row.session:
+            raise Refused(f"job {req.id} is not a session (`tpuq run`)")
+        if row.state not in OPEN:
+            raise Refused(f"session {req.id} is {row.state}")
+        if row.host not in (None, self.settings.host):
+            raise Refused(f"session {req.id} runs on {row.host}, not here")
 
     def _clean(self, uid: int) -> Reply:
         """The host's own TPU, whichever deployment asks: admins only (it kills)."""

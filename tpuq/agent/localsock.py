@@ -21,6 +21,9 @@ from tpuq.protocol import PROTOCOL, Failure, Refusal, Reply, Request
 
 log = logging.getLogger("tpuq.agent")
 Handler = Callable[[Request, int], Reply]
+# a request that came with file descriptors (a session's terminal): the handler keeps
+# or closes each of them
+FdHandler = Callable[[Request, int, list[int]], Reply]
 # Anyone on the VM may connect: a request must come whole, soon (a deadline for all of
 # it, not per read) and small; one user gets only so many answered at once (more are
 # refused at once as busy), everyone together a few more (the rest wait in the backlog).
@@ -28,6 +31,7 @@ MAX_REQUEST = protocol.MAX_MESSAGE
 READ_TIMEOUT_S = 5.0
 MAX_CONCURRENT = 64
 MAX_PER_UID = 8
+MAX_FDS = 1  # descriptors one request may carry (a session's terminal)
 # A reply never raises SIGPIPE, whatever the process's disposition: a client that hung
 # up must cost nothing but its own answer.
 _SEND_FLAGS = socket.MSG_NOSIGNAL
@@ -39,9 +43,10 @@ def peer_uid(conn: socket.socket) -> int:
 
 
 class LocalSocketServer:
-    def __init__(self, path: str, handler: Handler) -> None:
+    def __init__(self, path: str, handler: Handler, with_fds: FdHandler | None = None) -> None:
         self.path = path
         self.handler = handler
+        self.with_fds = with_fds
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._thread = threading.Thread(target=self._serve, name="localsock", daemon=True)
         self._closed = False
@@ -113,33 +118,56 @@ class LocalSocketServer:
     def _reply(self, conn: socket.socket, uid: int) -> tuple[Reply, int]:
         """The reply, and the protocol to write it in (the client's, for a refusal of
         its version: a client from before versions reads no "v")."""
+        fds: list[int] = []
         try:
-            request = protocol.decode_request(_read_request(conn, time.monotonic() + READ_TIMEOUT_S))
+            raw = _read_request(conn, time.monotonic() + READ_TIMEOUT_S, fds)
+            request = protocol.decode_request(raw)
         except protocol.SkewError as e:
+            _close(fds)
             return Refusal(kind=Failure.BAD_REQUEST, error=str(e)), min(e.version, PROTOCOL)
         except (OSError, ValueError) as e:  # slow, oversized or garbled: the client's doing
+            _close(fds)
             return Refusal(kind=Failure.BAD_REQUEST, error=f"bad request: {e}"), PROTOCOL
         try:
+            if isinstance(request, protocol.AttachTerminal) and self.with_fds is not None:
+                return self.with_fds(request, uid, fds), PROTOCOL
+            _close(fds)  # nothing else takes descriptors
             return self.handler(request, uid), PROTOCOL
         except Exception as e:  # noqa: BLE001 - answer every request, log the bug
             log.exception("local request failed")
             return Refusal(kind=Failure.AGENT_ERROR, error=f"agent error: {e}"), PROTOCOL
 
 
-def _read_request(conn: socket.socket, deadline: float) -> bytes:
-    """The whole of what the client sends before it shuts down writing, by `deadline`."""
+def _read_request(conn: socket.socket, deadline: float, fds: list[int]) -> bytes:
+    """The whole of what the client sends before it shuts down writing, by `deadline`;
+    descriptors sent with it (SCM_RIGHTS, at most MAX_FDS: the kernel closes the rest)
+    are added to `fds`."""
     raw = b""
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError(f"timed out: the request was not whole within {READ_TIMEOUT_S:g}s")
         conn.settimeout(left)
-        chunk = conn.recv(65536)
+        chunk, got, _, _ = socket.recv_fds(conn, 65536, MAX_FDS)
+        for fd in got:  # one sent in each piece must not pile up: keep the first alone
+            if len(fds) < MAX_FDS:
+                fds.append(fd)
+            else:
+                os.close(fd)
         if not chunk:
             return raw
         raw += chunk
         if len(raw) > MAX_REQUEST:
             raise ValueError(f"request over {MAX_REQUEST} bytes")
+
+
+def _close(fds: list[int]) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    fds.clear()
 
 
 def _refuse_busy(conn: socket.socket, uid: int) -> None:

@@ -163,7 +163,8 @@ class Agent:
                                   self.scheduler.keep_lease)
         self.sock: LocalSocketServer | None = None
         self.api = LocalApi(settings, db, on_submit=self.wake_scheduler, on_change=self.announce,
-                            free_tpu=lambda: self.executor.free_tpu().as_dict())
+                            free_tpu=lambda: self.executor.free_tpu().as_dict(),
+                            terminals=self.executor.terminals)
         self.notices = NoticePolicy(
             lead_s=settings.maintenance_lead_s, take_out=self._take_out,
             restate=self._mark_busy, give_back=self._give_back, stopping=self.stopping)
@@ -310,7 +311,7 @@ class Agent:
         if not self.settings.embedded and socket_has_agent(path, self.settings.deployment):
             log.info("another agent answers on %s; it takes this VM's submissions", path)
             return
-        self.sock = LocalSocketServer(path, self.api.handle).start()
+        self.sock = LocalSocketServer(path, self.api.handle, self.api.attach).start()
 
     def _reap(self) -> None:
         if self.scheduler.reap():

@@ -26,6 +26,7 @@ from tpuq.agent.deadlines import AttemptDeadlines, Verdict
 from tpuq.agent.keeper import Launch
 from tpuq.agent.keepers import KeeperGone, KeeperLink, KeeperServer, clock
 from tpuq.agent.outcome import Progress
+from tpuq.agent.terminals import Terminals
 from tpuq.settings import Settings
 from tpuq.state import attempts, jobs
 from tpuq.state.attempts import Ending
@@ -36,6 +37,12 @@ from tpuq.state.states import Outcome, StopRequest
 log = logging.getLogger("tpuq.agent")
 T = TypeVar("T")
 JOB_UMASK = 0o022  # a job's files are as a login shell would make them (the agent's: 077)
+# a session waits this long for its caller's terminal once its attempt starts here (a
+# caller elsewhere reaches this host over SSH first)
+ATTACH_WAIT_S = 60.0
+# what a session is told before the stop signal, by why it is stopped
+STOP_WORDS = {"cancel": "the session was cancelled", "preempt": "the host is preempted",
+              "timeout": "the session reached its time limit (--time)"}
 
 
 class HostContext(Protocol):
@@ -45,6 +52,7 @@ class HostContext(Protocol):
     db: Database
     name: str
     keepers: KeeperServer
+    terminals: Terminals
 
     @property
     def instance(self) -> str:
@@ -89,6 +97,7 @@ class Supervisor(threading.Thread):
         # job then waits for this host when requeued); a shared root needs no watching
         self._ckpt_seen = bool(ctx.settings.checkpoint_root)
         self.ending: Ending | None = None
+        self.lease_until = spec.lease_until  # clock(): as the last renewal left it
         if adopted is not None:
             self.notify()  # renew the lease at once: the keeper's may be running out
 
@@ -140,12 +149,19 @@ class Supervisor(threading.Thread):
             self.link, first = self._adopted
             log.info("job %s attempt %s: adopted from its keeper", spec.job_id, spec.attempt)
         else:
-            try:
-                launch = self._launch()
-            except (OSError, ValueError, identity.NoAccount) as e:
-                self._finish(Ending(Outcome.FAILED, f"could not start: {e}"))
+            tty = self._terminal() if spec.session else None
+            if spec.session and tty is None:
                 return
-            self.link, first = self.ctx.keepers.launch(launch)
+            try:
+                try:
+                    launch = self._launch()
+                except (OSError, ValueError, identity.NoAccount) as e:
+                    self._finish(Ending(Outcome.FAILED, f"could not start: {e}"))
+                    return
+                self.link, first = self.ctx.keepers.launch(launch, tty)
+            finally:
+                if tty is not None:
+                    os.close(tty)  # the keeper has its own copy
         ended = self._first(first)
         if ended is None:
             ended = self._wait()
@@ -160,6 +176,36 @@ class Supervisor(threading.Thread):
             end = outcome.under_notice(end, self.ctx.platform_notice())
         self._finish(end)
         self.link.send(op="collected")
+
+    def _terminal(self) -> int | None:
+        """A session's terminal, once its caller handed it to this agent (the lease
+        renewed meanwhile); None when it ended first (recorded) or was fenced out."""
+        spec = self.spec
+        deadline = time.monotonic() + ATTACH_WAIT_S
+        every = max(self.ctx.settings.lease_s / 3, 0.05)
+        while True:
+            left = deadline - time.monotonic()
+            tty = self.ctx.terminals.take(spec.job_id, max(0.0, min(every, left)))
+            if tty is not None:
+                return tty
+            if left <= 0:
+                self._finish(Ending(Outcome.FAILED, f"no terminal was attached within "
+                                    f"{ATTACH_WAIT_S:g}s of its start (`tpuq run --attach "
+                                    f"{spec.job_id}` on {self.ctx.name})"))
+                return None
+            if self._detach:
+                return None
+            asked_at = clock()
+            lease = self._renew()
+            if lease is None:
+                continue
+            if not lease.held:
+                return None  # no longer this host's: nothing to record
+            self.lease_until = asked_at + self.ctx.settings.lease_s
+            if lease.stop_request:
+                self._finish(Ending(Outcome.CANCELLED, "stopped before its terminal was "
+                                    "attached"))
+                return None
 
     def _launch(self) -> Launch:
         spec, ctx = self.spec, self.ctx
@@ -179,7 +225,7 @@ class Supervisor(threading.Thread):
         return Launch(
             job_id=spec.job_id, attempt=spec.attempt, host=ctx.name, argv=argv, env=env,
             cwd=cwd, log_path=log_path, exit_path=outcome.exit_path(log_path),
-            run_dir=ctx.keepers.run_dir, lease_until=spec.lease_until,
+            run_dir=ctx.keepers.run_dir, lease_until=self.lease_until, tty=spec.session,
             instance=ctx.instance,
             lease_s=ctx.settings.lease_s, grace_s=spec.grace_s,
             log_max_bytes=ctx.settings.log_max_bytes, umask=JOB_UMASK,
@@ -235,7 +281,8 @@ class Supervisor(threading.Thread):
             now=time.monotonic(), renew_every_s=max(self.ctx.settings.lease_s / 3, 0.05),
             retry_every_s=self._retry_cap(), time_limit_s=self.spec.time_limit_s,
             grace_s=self.spec.grace_s, ran_s=self.spec.elapsed_s,
-            watch_every_s=self._watch_every())
+            watch_every_s=self._watch_every(),
+            warn_s=warn_before(self.spec.time_limit_s) if self.spec.session else None)
         fenced = False
         try:
             while True:
@@ -267,6 +314,10 @@ class Supervisor(threading.Thread):
         due = deadlines.due(time.monotonic(), woken=woken, kill_now=self._kill_now)
         if due.kill:
             self.link.send(op="kill")
+        if due.warn:
+            limit = self.spec.time_limit_s or 0.0
+            self._say(f"tpuq: this session reaches its time limit ({_span(limit)}) in "
+                      f"{_span(warn_before(limit))}; then it gets {self.spec.stop_signal}")
         if due.ask_timeout:
             self._request(StopRequest.TIMEOUT)
         if due.watch:
@@ -286,10 +337,24 @@ class Supervisor(threading.Thread):
             self.link.send(op="lease", until=asked_at + self.ctx.settings.lease_s)
         if verdict is Verdict.SIGNAL and not self._stop_sent:
             grace = self._stop_grace(lease.stop_request if lease else None)
+            if self.spec.session:
+                self._say_stop(lease.stop_request if lease else None, grace)
             self.link.send(op="stop", signal=self.spec.stop_signal, grace=grace)
             self._stop_sent = True
             deadlines.signalled(time.monotonic(), grace)
         return False
+
+    def _say_stop(self, stop_request: str | None, grace: float) -> None:
+        """Why the session stops, and when, before its stop signal."""
+        why = STOP_WORDS.get(stop_request or "", "the session is stopped")
+        notice = self.ctx.platform_notice()
+        self._say(f"tpuq: {why}{f' ({notice})' if notice else ''}: it gets "
+                  f"{self.spec.stop_signal} now, SIGKILL in {_span(grace)}")
+
+    def _say(self, text: str) -> None:
+        """A line in a session's terminal (nothing for other jobs)."""
+        if self.spec.session and self.link is not None:
+            self.link.send(op="say", text=text)
 
     # ---- what a slice job's task does otherwise (gang.py) ------------------------------
     def _watch_every(self) -> float | None:
@@ -409,3 +474,15 @@ class Supervisor(threading.Thread):
         else:  # what show says: a stop request decides how the attempt counts
             log.info("job %s attempt %s: %s", spec.job_id, spec.attempt,
                      outcome.words(recorded))
+
+
+def warn_before(time_limit_s: float | None) -> float:
+    """How long before its time limit a session is told: a minute, or a quarter of a
+    shorter limit."""
+    return min(60.0, (time_limit_s or 0.0) / 4)
+
+
+def _span(seconds: float) -> str:
+    s = round(seconds)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else \
+        f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{max(s, 0)}s"

@@ -47,6 +47,7 @@ def job_object(row: Any, viewer: Caller, env: Mapping[str, str] | None = None,
         # --begin (epoch s), --output (its template), and where each option came from
         "begin_at": getattr(row, "begin_at", None), "output": getattr(row, "output", None),
         "option_sources": dict(getattr(row, "option_sources", None) or {}),
+        "session": bool(getattr(row, "session", False)),  # interactive (`tpuq run`)
     }
     if env is not None:
         obj["env"] = dict(env) if viewer.owns(row.owner) else dict.fromkeys(env, HIDDEN)

@@ -7,6 +7,7 @@
 - `admin.py`       tpuq whoami, tpuq admin, tpuq user
 - `render.py`      tables, durations, the JSON shape of a job
 - `submit.py`      tpuq submit
+- `run.py`         tpuq run (an interactive session, and --attach)
 - `status.py`      tpuq status
 - `show.py`        tpuq show
 - `logs.py`        tpuq logs

@@ -21,6 +21,7 @@ from tpuq.cli import (
     logs,
     pod,
     quota,
+    run,
     show,
     status,
     submit,
@@ -57,7 +58,7 @@ def cli() -> None:
 for command in (*submit.COMMANDS, *status.COMMANDS, *show.COMMANDS, *logs.COMMANDS,
                 *control.COMMANDS, *agent_cmds.COMMANDS, *quota.COMMANDS, *admin.COMMANDS,
                 *pod.COMMANDS, *wait.COMMANDS, *history.COMMANDS, *fleet.COMMANDS,
-                *web.COMMANDS):
+                *web.COMMANDS, *run.COMMANDS):
     cli.add_command(command)
 
 

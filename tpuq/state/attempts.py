@@ -76,7 +76,7 @@ def assign(s: Session, job_id: int, attempt_now: int, host: str, chips: Sequence
 
 # what the host needs of the job to run it, returned by the start statement itself
 RUN_FIELDS = ("command", "cwd", "env", "stop_signal", "grace_s", "time_limit_s", "tcmalloc",
-              "owner", "checkpoint_dir", "output", "name", "array_id", "array_index")
+              "owner", "checkpoint_dir", "output", "name", "array_id", "array_index", "session")
 
 
 def _of_this_attempt(column: Any) -> Any:
@@ -246,7 +246,7 @@ class Ending:
 # what finish() needs of the job: a plain row, not an ORM object (it runs once per job)
 _FINISH_COLUMNS = tuple(JOBS.c[name] for name in (
     "state", "attempt", "host", "stop_request", "reason", "failures", "max_retries",
-    "preemptions", "requeue_on_preempt"))
+    "preemptions", "requeue_on_preempt", "session"))
 
 
 # Outcomes that are the host's doing, not the job's. They requeue the job uncharged, but
@@ -355,6 +355,10 @@ def _next_state(job: Any, end: Ending, backoff_s: float) -> tuple[JobState, dict
     if o in NOT_CHARGED:
         if o is Outcome.PREEMPTED:
             values["preemptions"] = job.preemptions + 1
+        if job.session:  # a person was attached to it: they start another themselves
+            values["ended_at"] = from_now()
+            return JobState.FAILED, values, f"{end.reason}; a session is not requeued"
+        if o is Outcome.PREEMPTED:
             if not job.requeue_on_preempt:
                 values["ended_at"] = from_now()
                 return JobState.FAILED, values, f"{end.reason}; not requeued (--no-requeue)"

@@ -19,6 +19,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -51,6 +52,8 @@ class Job(Base):
     preemptions: Mapped[int] = mapped_column(Integer, default=0)
     requeue_on_preempt: Mapped[bool] = mapped_column(Boolean, default=True)
     tcmalloc: Mapped[bool] = mapped_column(Boolean, default=True)
+    # an interactive session (`tpuq run`): started on its caller's terminal, never requeued
+    session: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     # the fencing token: bumped by every assignment, checked by every write of an attempt
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     host: Mapped[str | None] = mapped_column(String(128), index=True)
