@@ -15,14 +15,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sqlalchemy.orm import Session
-
 from tpuq import arrays, runfn
 from tpuq.api import logs, views
 from tpuq.api.caller import Caller, Denied, not_found, owned_job, require_admin
 from tpuq.fleet import costs, report
 from tpuq.protocol import (
-    Action,
     AdminSet,
     Control,
     Done,
@@ -80,10 +77,6 @@ log = logging.getLogger("tpuq.api")
 RESULT_CHUNK = 512 * 1024  # bytes of a function's outcome per reply (base64 stays < 1 MiB)
 Reasons = Callable[[], Mapping[int, str]]  # job id -> why it waits
 Starts = Callable[[], Mapping[int, Any]]  # job id -> forecast.Start (when it should start)
-_JOB_ACTIONS: dict[Action, Callable[[Session, int, str], jobs.Result]] = {
-    Action.CANCEL: jobs.cancel, Action.PREEMPT: jobs.preempt,
-    Action.HOLD: jobs.hold, Action.RELEASE: jobs.release,
-}
 
 
 class Api:
@@ -157,8 +150,7 @@ class Api:
                 tasks = [jobs.submit(s, spec, actor=caller.name, held=req.held)]
             if req.function:
                 functions.store_payload(s, tasks[0], _function_payload(req, spec))
-            for task in tasks:
-                deps.add(s, task, req.after, req.after_any)
+            deps.add_many(s, tasks, req.after, req.after_any)
             warnings += [f"warning: {views.budget_object(r)['says']}"
                          for r in logusage.over_budget(s, caller.name)]
         return Submitted(id=tasks[0], tasks=tasks if req.array else [], warnings=warnings)
@@ -227,23 +219,27 @@ class Api:
 
     # ---- changing jobs ---------------------------------------------------------------------
     def control(self, req: Control, caller: Caller) -> Reply:
-        act = _JOB_ACTIONS[req.action]
-        out = []
+        out: dict[int, dict[str, Any]] = {}
         with self.db.write() as s:
             tasks = queries.open_tasks(s, req.arrays)
             if req.arrays and not tasks:
                 raise not_found(f"no open task in array {', '.join(map(str, req.arrays))}")
-            for job_id in [*req.ids, *tasks]:
-                owner = jobs.owner_of(s, job_id)
+            wanted = list(dict.fromkeys([*req.ids, *tasks]))
+            owners = jobs.owners_of(s, wanted)
+            allowed = []
+            for job_id in wanted:
+                owner = owners.get(job_id)
                 if owner is None:
-                    out.append(_result(jobs.Result(job_id, False, "does not exist")))
+                    out[job_id] = _result(jobs.Result(job_id, False, "does not exist"))
                 elif not caller.owns(owner):
-                    out.append(_result(jobs.Result(
+                    out[job_id] = _result(jobs.Result(
                         job_id, False, f"is {owner}'s job; only its owner or an admin may "
-                                       "change it"), Failure.FORBIDDEN))
+                                       "change it"), Failure.FORBIDDEN)
                 else:
-                    out.append(_result(act(s, job_id, caller.name)))
-        return Results(results=out)
+                    allowed.append(job_id)
+            for r in jobs.act_on_many(s, req.action.value, allowed, caller.name):
+                out[r.job_id] = _result(r)
+        return Results(results=[out[j] for j in wanted])
 
     def update(self, req: Update, caller: Caller) -> Reply:
         check_update(req.priority, req.time_limit_s)

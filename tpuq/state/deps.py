@@ -19,7 +19,7 @@ from tpuq.spec import SpecError
 from tpuq.state.clock import db_now
 from tpuq.state.models import Job, JobDep
 from tpuq.state.states import TERMINAL, JobState
-from tpuq.state.transitions import transition
+from tpuq.state.transitions import CHUNK, transition
 
 OK, ANY = "ok", "any"
 DEPS = cast(Table, JobDep.__table__)
@@ -45,19 +45,38 @@ _DOOMED = (select(DEPS.c.job_id, _DEP.c.id, _DEP.c.state)
            .order_by(DEPS.c.job_id))
 
 
+MAX_EDGES = 100_000  # dependencies one submit may record (tasks x jobs waited for)
+
+
 def add(s: Session, job_id: int, after: Sequence[int], after_any: Sequence[int]) -> None:
     """Record what `job_id` waits for; SpecError for a job that does not exist."""
+    add_many(s, [job_id], after, after_any)
+
+
+def add_many(s: Session, job_ids: Sequence[int], after: Sequence[int],
+             after_any: Sequence[int]) -> None:
+    """Record that each of `job_ids` (an array's tasks) waits for the same jobs: checked
+    once, written in one insert. SpecError for a job that does not exist, and for more
+    than MAX_EDGES dependencies."""
     wanted = {**{a: ANY for a in after_any}, **{a: OK for a in after}}  # ok wins
     if not wanted:
         return
-    known = set(s.scalars(select(Job.id).where(Job.id.in_(wanted))))
-    missing = sorted(set(wanted) - known - {job_id})
-    if job_id in wanted:
+    if len(wanted) * len(job_ids) > MAX_EDGES:
+        raise SpecError(f"--after: {len(job_ids)} tasks waiting for {len(wanted)} jobs make "
+                        f"{len(wanted) * len(job_ids)} dependencies; one submit records at "
+                        f"most {MAX_EDGES}")
+    if set(job_ids) & set(wanted):
         raise SpecError("a job cannot wait for itself")
+    known: set[int] = set()
+    ids = list(wanted)
+    for start in range(0, len(ids), CHUNK):
+        known.update(s.scalars(select(Job.id).where(Job.id.in_(ids[start:start + CHUNK]))))
+    missing = sorted(set(wanted) - known)
     if missing:
-        raise SpecError(f"--after: no job {', '.join(map(str, missing))}")
-    s.execute(insert(JobDep), [{"job_id": job_id, "after_id": a, "kind": k}
-                               for a, k in sorted(wanted.items())])
+        shown = ", ".join(map(str, missing[:10])) + (", ..." if len(missing) > 10 else "")
+        raise SpecError(f"--after: no job {shown}")
+    s.execute(insert(JobDep), [{"job_id": j, "after_id": a, "kind": k}
+                               for j in job_ids for a, k in sorted(wanted.items())])
 
 
 def unmet(s: Session) -> dict[int, tuple[int, ...]]:
