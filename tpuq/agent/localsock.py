@@ -44,13 +44,19 @@ def peer_uid(conn: socket.socket) -> int:
 
 
 class LocalSocketServer:
-    def __init__(self, path: str, handler: Handler) -> None:
+    """`connections`: requests answered at once (TPUQ_AGENT_CONNECTIONS); `per_user`:
+    of them, one user's (TPUQ_AGENT_CONNECTIONS_PER_USER)."""
+
+    def __init__(self, path: str, handler: Handler, *, connections: int = MAX_CONCURRENT,
+                 per_user: int = MAX_PER_UID) -> None:
         self.path = path
         self.handler = handler
+        self.connections = max(1, connections)
+        self.per_user = max(1, per_user)
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._thread = threading.Thread(target=self._serve, name="localsock", daemon=True)
         self._closed = False
-        self._slots = threading.BoundedSemaphore(MAX_CONCURRENT)
+        self._slots = threading.BoundedSemaphore(self.connections)
         self._lock = threading.Lock()
         self._per_uid: Counter[int] = Counter()
         self._refuser = _Refuser()
@@ -90,18 +96,18 @@ class LocalSocketServer:
                 continue
             if not self._slots.acquire(blocking=False):
                 log.warning("refused a request of uid %d: %d connections open", uid,
-                            MAX_CONCURRENT)
-                self._refuser.refuse(conn, f"agent busy ({MAX_CONCURRENT} connections), "
+                            self.connections)
+                self._refuser.refuse(conn, f"agent busy ({self.connections} connections), "
                                            "try again")
                 continue
             with self._lock:
-                busy = self._per_uid[uid] >= MAX_PER_UID
+                busy = self._per_uid[uid] >= self.per_user
                 if not busy:
                     self._per_uid[uid] += 1
             if busy:
                 self._slots.release()
-                log.warning("refused a request of uid %d: %d in flight", uid, MAX_PER_UID)
-                self._refuser.refuse(conn, f"agent busy ({MAX_PER_UID} requests of yours "
+                log.warning("refused a request of uid %d: %d in flight", uid, self.per_user)
+                self._refuser.refuse(conn, f"agent busy ({self.per_user} requests of yours "
                                            "already), try again")
                 continue
             threading.Thread(target=self._answer, args=(conn, uid), daemon=True).start()
