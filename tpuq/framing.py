@@ -23,20 +23,24 @@ from tpuq.protocol import ProtocolError, Reply
 PART = "part"
 MAX_FRAMES = 4096  # parts of one reply: 4 GiB, past anything a queue lists
 _ROOM = protocol.MAX_MESSAGE - 200  # a part's items, leaving room for its envelope
+SAMPLE = 64  # items of each list encoded to guess the size of all
 
 
 def frames(reply: Reply) -> Iterator[bytes]:
-    """The frames of `reply`, each ended by a newline."""
-    whole = protocol.encode(reply)
-    if len(whole) <= protocol.MAX_MESSAGE:
-        yield whole + b"\n"
-        return
-    body = reply.as_dict()
-    lists = {name: v for name, v in body.items() if isinstance(v, list) and v}
-    parts = [(name, chunk) for name, items in lists.items() for chunk in _chunks(name, items)]
-    head = json.loads(protocol.encode(reply.replace(**{name: [] for name in lists})))
-    head["more"] = len(parts)
-    raw = json.dumps(head, allow_nan=False, default=str).encode()
+    """The frames of `reply`, each ended by a newline. Each item is encoded once: a reply
+    with lists too long to fit (sized from a sample) goes to parts without a first try."""
+    lists = {name: v for name, v in reply.as_dict().items() if isinstance(v, list) and v}
+    sample = [x for v in lists.values() for x in v[:SAMPLE]]
+    average = len(_json(sample)) / len(sample) if sample else 0.0
+    if average * sum(len(v) for v in lists.values()) < protocol.MAX_MESSAGE / 2:
+        whole = protocol.encode(reply)
+        if len(whole) <= protocol.MAX_MESSAGE:
+            yield whole + b"\n"
+            return
+    parts = [(name, chunk) for name, items in lists.items()
+             for chunk in _chunks(name, items, average)]
+    emptied = protocol.encode(reply.replace(**{name: [] for name in lists}))
+    raw = b'{"more": %d, ' % len(parts) + emptied[1:]
     if len(raw) > protocol.MAX_MESSAGE:
         raise ProtocolError(f"a {reply.NAME} reply is over {protocol.MAX_MESSAGE} bytes "
                             "without its lists")
@@ -46,10 +50,9 @@ def frames(reply: Reply) -> Iterator[bytes]:
             PART.encode(), name.encode(), chunk)
 
 
-def _chunks(name: str, items: list[Any]) -> Iterator[bytes]:
+def _chunks(name: str, items: list[Any], average: float) -> Iterator[bytes]:
     """The items' JSON, comma-joined, in pieces of at most _ROOM bytes (sized from the
-    average item, halved where a piece turns out bigger)."""
-    average = len(_json(items)) / len(items)
+    `average` item, halved where a piece turns out bigger)."""
     step = max(1, int(_ROOM * 0.9 / max(average, 1.0)))
     for start in range(0, len(items), step):
         yield from _fit(name, items[start:start + step])
