@@ -6,7 +6,7 @@ against the one-job-at-a-time one on the same number of tasks.
 Each `tpuq status` (the real CLI, a subprocess) is paired with a `python -c pass` run
 just before it, so the baseline sees the same machine load.
 
-    .venv/bin/python bench/bulk.py [RUNS]
+    .venv/bin/python -m bench.bulk [RUNS [OPEN_JOBS]]
 """
 
 from __future__ import annotations
@@ -92,15 +92,16 @@ def cancel_times(stack: EmbeddedStack) -> dict[str, float]:
             "set_based_over_one_by_one": bulk_ms / one_ms}
 
 
-def run(runs: int) -> dict[str, Any]:
+def run(runs: int, open_jobs: int = OPEN) -> dict[str, Any]:
     with EmbeddedStack() as stack:
         for i in range(ACCOUNTS):
-            _held_array(stack, OPEN // ACCOUNTS, f"user{i}")
-        out: dict[str, Any] = {"open_jobs": OPEN}
+            _held_array(stack, open_jobs // ACCOUNTS, f"user{i}")
+        out: dict[str, Any] = {"open_jobs": open_jobs}
         out.update(status_times(stack, runs))
         out.update(cancel_times(stack))
         return out
 
 
 if __name__ == "__main__":
-    print(json.dumps(run(int(sys.argv[1]) if len(sys.argv) > 1 else 5), indent=2))
+    print(json.dumps(run(int(sys.argv[1]) if len(sys.argv) > 1 else 5,
+                         int(sys.argv[2]) if len(sys.argv) > 2 else OPEN), indent=2))
