@@ -145,6 +145,9 @@ class ListJobs(Request):
     # each queued job's expected start from the scheduler's plan run forward
     # (`status --start`): costs a forecast, so only when asked
     starts: bool = False
+    # the waiting tasks of an array as one job object, its `tasks` their indices (the
+    # table of `status`): 10,000 tasks cost one object, not 10,000
+    collapse: bool = False
 
 
 class ShowJob(Request):

@@ -187,9 +187,17 @@ class Api:
         reasons = self.reasons() if queued and not req.starts else {}
         starts = self.starts() if queued and req.starts else {}
         stale = self.settings.host_stale_s
-        return JobList(jobs=[views.job_object(r, caller, waiting=reasons.get(r.id),
-                                              current=current.get(r.id),
-                                              start=starts.get(r.id)) for r in rows],
+        tasks = _collapse(rows) if req.collapse else {}
+        objects = []
+        for r in rows:
+            if tasks and r.id not in tasks and _waiting_task(r):
+                continue  # shown in its array's row
+            obj = views.job_object(r, caller, waiting=reasons.get(r.id),
+                                   current=current.get(r.id), start=starts.get(r.id))
+            if r.id in tasks:
+                obj["tasks"] = tasks[r.id]
+            objects.append(obj)
+        return JobList(jobs=objects,
                        hosts=[views.host_object(h, j, now, stale, min_code, over.get(h.name))
                               for h, j in host_rows], now=now, fleet=fleet)
 
@@ -352,6 +360,21 @@ class Api:
         starts = expected_starts(self.db, self.settings)
         log.debug("start forecast in %.0f ms", (time.monotonic() - started) * 1000)
         return starts
+
+
+def _waiting_task(r: Any) -> bool:
+    return r.array_id is not None and r.state in ("queued", "held")
+
+
+def _collapse(rows: list[Any]) -> dict[int, list[int]]:
+    """The first waiting task of each array and state -> the indices of all of them."""
+    firsts: dict[tuple[int, str], int] = {}
+    out: dict[int, list[int]] = {}
+    for r in rows:
+        if _waiting_task(r):
+            first = firsts.setdefault((r.array_id, r.state), r.id)
+            out.setdefault(first, []).append(r.array_index)
+    return out
 
 
 def _result(r: jobs.Result, kind: Failure | None = None) -> dict[str, Any]:
