@@ -27,15 +27,16 @@ class AgentNoAnswer(OSError):
     out (a submit committed just before the agent died), so it must not be redone."""
 
 
-def call(path: str, request: Request, timeout: float = 30.0) -> Reply:
+def call(path: str, request: Request, timeout: float | None = None) -> Reply:
     """One request, one reply (a Refusal says why it was not carried out). The reply may
-    come as several frames (framing.py); a request too big to send is refused here."""
+    come as several frames (framing.py); a request too big to send is refused here.
+    `timeout`: for each step (connect, each read); by default the request's PATIENCE_S."""
     try:
         raw = protocol.check_size(request)
     except protocol.ProtocolError as e:
         return Refusal(kind=Failure.REFUSED, error=str(e))
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(timeout)
+    s.settimeout(request.PATIENCE_S if timeout is None else timeout)
     try:
         try:
             s.connect(path)

@@ -91,6 +91,8 @@ class Request(Message):
     MUTATES: ClassVar[bool] = False  # changes the queue: agents are woken afterwards
     # a list field's most items, where it is not MAX_IDS
     LIMITS: ClassVar[dict[str, int]] = {}
+    # how long a client waits for the answer (a listing of 100,000 jobs takes a while)
+    PATIENCE_S: ClassVar[float] = 30.0
     # which queue the client means (Settings.deployment); None: whatever the agent serves
     deployment: str | None = None
     # whom a privileged caller (root, the agent's user, the database's owner) acts for;
@@ -137,6 +139,7 @@ class ListJobs(Request):
     """Jobs (open ones and the `recent` newest ended, or all) and hosts, for `status`."""
 
     OP: ClassVar[str] = "list"
+    PATIENCE_S: ClassVar[float] = 120.0
     owner: str | None = None
     team: str | None = None
     states: list[str] = []
@@ -235,6 +238,7 @@ class History(Request):
     """Ended jobs over a period, with runtime and chip-hours (`tpuq history`)."""
 
     OP: ClassVar[str] = "history"
+    PATIENCE_S: ClassVar[float] = 120.0
     since: float | None = None
     until: float | None = None
     user: str | None = None
