@@ -199,32 +199,41 @@ class _Refuser:
         sel.register(self._wake_r, selectors.EVENT_READ)
         open_: dict[socket.socket, float] = {}  # in arrival order: the oldest first
         while True:
-            while self._new:
-                conn, error = self._new.popleft()
-                _send_refusal(conn, error)
-                if len(open_) >= MAX_REFUSING:
-                    oldest = next(iter(open_))
-                    _close(sel, open_, oldest)
-                open_[conn] = time.monotonic() + REFUSE_DRAIN_S
-                sel.register(conn, selectors.EVENT_READ)
-            timeout = min(open_.values(), default=time.monotonic() + 60) - time.monotonic()
-            for key, _ in sel.select(max(0.0, timeout)):
-                if key.fileobj is self._wake_r:
-                    try:
-                        self._wake_r.recv(4096)
-                    except OSError:
-                        pass
-                    continue
-                conn = key.fileobj  # type: ignore[assignment]
-                try:
-                    more = conn.recv(65536)
-                except OSError:
-                    more = b""
-                if not more:
+            try:
+                self._turn(sel, open_)
+            except Exception:  # noqa: BLE001 - a bug here must not leave clients unanswered
+                log.exception("refusing connections failed")
+                for conn in list(open_):
                     _close(sel, open_, conn)
-            now = time.monotonic()
-            for conn in [c for c, d in open_.items() if d <= now]:
+
+    def _turn(self, sel: selectors.BaseSelector, open_: dict[socket.socket, float]) -> None:
+        """Answer the new ones; read what the others send; close the finished or late."""
+        while self._new:
+            conn, error = self._new.popleft()
+            _send_refusal(conn, error)
+            if len(open_) >= MAX_REFUSING:
+                oldest = next(iter(open_))
+                _close(sel, open_, oldest)
+            open_[conn] = time.monotonic() + REFUSE_DRAIN_S
+            sel.register(conn, selectors.EVENT_READ)
+        timeout = min(open_.values(), default=time.monotonic() + 60) - time.monotonic()
+        for key, _ in sel.select(max(0.0, timeout)):
+            if key.fileobj is self._wake_r:
+                try:
+                    self._wake_r.recv(4096)
+                except OSError:
+                    pass
+                continue
+            conn = key.fileobj  # type: ignore[assignment]
+            try:
+                more = conn.recv(65536)
+            except OSError:
+                more = b""
+            if not more:
                 _close(sel, open_, conn)
+        now = time.monotonic()
+        for conn in [c for c, d in open_.items() if d <= now]:
+            _close(sel, open_, conn)
 
 
 def _send_refusal(conn: socket.socket, error: str) -> None:
