@@ -172,9 +172,10 @@ class Api:
 
     def list_jobs(self, req: ListJobs, caller: Caller) -> Reply:
         with self.db.read() as s:
+            tasks: dict[int, list[int]] | None = {} if req.collapse else None
             rows = queries.list_jobs(s, states=req.states or None, owner=req.owner,
                                      team=req.team, recent=10**9 if req.everything
-                                     else max(0, req.recent))
+                                     else max(0, req.recent), folded=tasks)
             host_rows = queries.hosts_with_jobs(s)
             now = queries.now(s)
             min_code = hosts.min_code(s)
@@ -187,14 +188,11 @@ class Api:
         reasons = self.reasons() if queued and not req.starts else {}
         starts = self.starts() if queued and req.starts else {}
         stale = self.settings.host_stale_s
-        tasks = _collapse(rows) if req.collapse else {}
         objects = []
         for r in rows:
-            if tasks and r.id not in tasks and _waiting_task(r):
-                continue  # shown in its array's row
             obj = views.job_object(r, caller, waiting=reasons.get(r.id),
                                    current=current.get(r.id), start=starts.get(r.id))
-            if r.id in tasks:
+            if tasks and r.id in tasks:  # an array's waiting tasks, folded into this one
                 obj["tasks"] = tasks[r.id]
             objects.append(obj)
         return JobList(jobs=objects,
@@ -360,21 +358,6 @@ class Api:
         starts = expected_starts(self.db, self.settings)
         log.debug("start forecast in %.0f ms", (time.monotonic() - started) * 1000)
         return starts
-
-
-def _waiting_task(r: Any) -> bool:
-    return r.array_id is not None and r.state in ("queued", "held")
-
-
-def _collapse(rows: list[Any]) -> dict[int, list[int]]:
-    """The first waiting task of each array and state -> the indices of all of them."""
-    firsts: dict[tuple[int, str], int] = {}
-    out: dict[int, list[int]] = {}
-    for r in rows:
-        if _waiting_task(r):
-            first = firsts.setdefault((r.array_id, r.state), r.id)
-            out.setdefault(first, []).append(r.array_index)
-    return out
 
 
 def _result(r: jobs.Result, kind: Failure | None = None) -> dict[str, Any]:
