@@ -1,8 +1,9 @@
 """A reply on the agent's socket as frames: no reply is too big to send, no frame too big
 to read.
 
-Each frame is one JSON object of at most protocol.MAX_MESSAGE bytes, ended by a newline
-(JSON text never holds a raw one). A reply that fits is one frame, the message itself.
+Each frame is one JSON object of at most protocol.MAX_MESSAGE bytes; frames are ended by
+a newline (JSON text never holds a raw one). A reply that fits is one frame, the message
+itself and nothing more (what a client of an earlier release reads).
 A bigger one (the listing of 100,000 jobs, the results of cancelling 20,000 tasks) is a
 head, the reply with its lists emptied and `"more": N`, then N parts
 `{"reply": "part", "field": <list>, "items": [...]}` that the client appends in order.
@@ -27,15 +28,16 @@ SAMPLE = 64  # items of each list encoded to guess the size of all
 
 
 def frames(reply: Reply) -> Iterator[bytes]:
-    """The frames of `reply`, each ended by a newline. Each item is encoded once: a reply
-    with lists too long to fit (sized from a sample) goes to parts without a first try."""
+    """The frames of `reply` (a big one's each ended by a newline). Each item is encoded
+    once: a reply with lists too long to fit (sized from a sample) goes to parts without
+    a first try."""
     lists = {name: v for name, v in reply.as_dict().items() if isinstance(v, list) and v}
     sample = [x for v in lists.values() for x in v[:SAMPLE]]
     average = len(_json(sample)) / len(sample) if sample else 0.0
     if average * sum(len(v) for v in lists.values()) < protocol.MAX_MESSAGE / 2:
         whole = protocol.encode(reply)
         if len(whole) <= protocol.MAX_MESSAGE:
-            yield whole + b"\n"
+            yield whole
             return
     parts = [(name, chunk) for name, items in lists.items()
              for chunk in _chunks(name, items, average)]

@@ -18,15 +18,15 @@ def job(i: int) -> dict:
 
 def through(reply: protocol.Reply) -> tuple[protocol.Reply, list[bytes]]:
     frames = list(framing.frames(reply))
-    assert all(len(f) <= MAX_MESSAGE + 1 and f.endswith(b"\n") for f in frames)
+    assert all(len(f) <= MAX_MESSAGE + 1 for f in frames)
+    assert len(frames) == 1 or all(f.endswith(b"\n") for f in frames)
     return framing.decode(framing.split(b"".join(frames))), frames
 
 
 def test_a_small_reply_is_one_frame_the_message_itself() -> None:
     reply = protocol.Submitted(id=3, tasks=[3, 4])
     back, frames = through(reply)
-    assert back == reply and frames == [protocol.encode(reply) + b"\n"]
-    assert framing.decode([protocol.encode(reply)]) == reply  # an agent without frames
+    assert back == reply and frames == [protocol.encode(reply)]  # as an earlier release
 
 
 def test_a_listing_of_100000_jobs_comes_whole_in_frames_under_the_limit() -> None:

@@ -239,7 +239,7 @@ class _Refuser:
 def _send_refusal(conn: socket.socket, error: str) -> None:
     try:
         conn.setblocking(False)
-        conn.send(protocol.encode(Refusal(kind=Failure.BUSY, error=error)) + b"\n",
+        conn.send(protocol.encode(Refusal(kind=Failure.BUSY, error=error)),
                   _SEND_FLAGS | socket.MSG_DONTWAIT)
         conn.shutdown(socket.SHUT_WR)  # the client sees the end of the answer at once
     except OSError:
