@@ -144,7 +144,7 @@ class LocalSocketServer:
 def _frames(reply: Reply) -> list[bytes]:
     try:
         return list(framing.frames(reply))
-    except ValueError as e:  # an item no frame holds: a bug, said as one
+    except Exception as e:  # noqa: BLE001 - an item no frame holds: a bug, said as one
         log.exception("a %s reply cannot be sent", reply.NAME)
         return list(framing.frames(Refusal(kind=Failure.AGENT_ERROR, error=f"agent error: {e}")))
 
