@@ -29,7 +29,8 @@ Leaf modules, stdlib only, used by every layer:
 - `shapes.py`      which chip counts a host offers, and libtpu's bounds for each
 - `jobenv.py`      the environment a job sees: every variable tpuq sets or removes
 - `checkpoints.py` where a job's checkpoints live (a shared root, or one host's disk)
-- `protocol.py`    the agent socket's typed requests and replies
+- `protocol.py`    the agent socket's typed requests and replies, and their limits
+- `framing.py`     a reply as frames of at most 1 MiB: no reply too big to send
 - `localclient.py` the client side of that socket
 - `terminal.py`    an interactive session's caller side: its pty, raw mode, the copy
 - `users.py`       uid -> user name

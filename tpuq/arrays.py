@@ -12,9 +12,9 @@ import re
 from collections.abc import Sequence
 
 from tpuq.jobenv import ARRAY_INDEX
+from tpuq.protocol import MAX_TASKS
 from tpuq.spec import JobSpec, SpecError
 
-MAX_TASKS = 100_000
 INDEX = ARRAY_INDEX
 _PART = re.compile(r"(\d+)(?:-(\d+)(?::(\d+))?)?\Z")
 

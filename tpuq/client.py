@@ -46,6 +46,10 @@ class Client:
         """The reply, a Refusal included (see `ask` for one that raises)."""
         cfg = self.settings
         req = req.replace(deployment=cfg.socket_deployment, as_user=cfg.user or None)
+        try:  # the agent refuses these too; checked here for the direct path as well
+            protocol.check_limits(req)
+        except protocol.ProtocolError as e:
+            return Refusal(kind=Failure.REFUSED, error=str(e))
         try:
             reply = localclient.call(cfg.socket_path, req)
         except localclient.AgentUnavailable:

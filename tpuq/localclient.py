@@ -10,9 +10,10 @@ refuses with `Failure.OTHER_DEPLOYMENT`, which callers treat like no agent at al
 
 from __future__ import annotations
 
+import errno
 import socket
 
-from tpuq import protocol
+from tpuq import framing, protocol
 from tpuq.protocol import Failure, Refusal, Reply, Request
 
 
@@ -31,32 +32,33 @@ class AgentNoAnswer(OSError):
     out (a submit committed just before the agent died), so it must not be redone."""
 
 
-def call(path: str, request: Request, timeout: float = 30.0, fds: list[int] | None = None) -> Reply:
-    """One request, one reply (a Refusal says why it was not carried out). `fds` travel
-    with the request's first bytes (SCM_RIGHTS): a session's terminal."""
+def call(path: str, request: Request, timeout: float | None = None,
+         fds: list[int] | None = None) -> Reply:
+    """One request, one reply (a Refusal says why it was not carried out). The reply may
+    come as several frames (framing.py); a request too big to send is refused here.
+    `timeout`: for each step (connect, each read); by default the request's PATIENCE_S.
+    `fds` travel with the request's first bytes (SCM_RIGHTS): a session's terminal."""
+    try:
+        raw = protocol.check_size(request)
+    except protocol.ProtocolError as e:
+        return Refusal(kind=Failure.REFUSED, error=str(e))
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(timeout)
+    s.settimeout(request.PATIENCE_S if timeout is None else timeout)
     try:
         try:
             s.connect(path)
         except OSError as e:  # missing, refused, not ours to open: nothing was sent
+            if e.errno == errno.EAGAIN:  # there, but its backlog is full
+                return Refusal(kind=Failure.BUSY, error="agent busy (no connection "
+                               "accepted), try again")
             raise AgentUnavailable(str(e)) from None
-        try:
-            data = protocol.encode(request)
-            sent = socket.send_fds(s, [data], fds) if fds else 0
-            s.sendall(data[sent:])
-            s.shutdown(socket.SHUT_WR)
-            chunks = []
-            while chunk := s.recv(65536):
-                chunks.append(chunk)
-        except OSError as e:
-            raise AgentNoAnswer(f"the agent at {path} did not answer ({e})") from None
+        data = _exchange(s, path, raw, fds)
     finally:
         s.close()
-    if not chunks:
+    if not data:
         raise AgentNoAnswer(f"the agent at {path} closed the connection without answering")
     try:
-        reply = protocol.decode_reply(b"".join(chunks))
+        reply = framing.decode(framing.split(data))
     except protocol.SkewError as e:
         raise AgentSkew(f"{path}: {e}") from None
     except protocol.ProtocolError:
@@ -64,6 +66,31 @@ def call(path: str, request: Request, timeout: float = 30.0, fds: list[int] | No
     if isinstance(reply, Refusal) and reply.kind is Failure.OTHER_DEPLOYMENT:
         raise AgentUnavailable(reply.error or "the agent serves another deployment")
     return reply
+
+
+def _exchange(s: socket.socket, path: str, raw: bytes, fds: list[int] | None = None) -> bytes:
+    """Send the request, read the reply to its end. An agent that refused before reading
+    all of it (busy) answered all the same: a send that fails still reads what came back,
+    and a reset after an answer ends that answer (framing.decode checks it is whole)."""
+    sent: OSError | None = None
+    try:
+        sent_first = socket.send_fds(s, [raw], fds) if fds else 0
+        s.sendall(raw[sent_first:])
+        s.shutdown(socket.SHUT_WR)
+    except OSError as e:
+        sent = e
+    chunks: list[bytes] = []
+    try:
+        while chunk := s.recv(1 << 20):
+            chunks.append(chunk)
+    except ConnectionResetError as e:
+        if not chunks:
+            raise AgentNoAnswer(f"the agent at {path} did not answer ({sent or e})") from None
+    except OSError as e:
+        raise AgentNoAnswer(f"the agent at {path} did not answer ({sent or e})") from None
+    if sent is not None and not chunks:
+        raise AgentNoAnswer(f"the agent at {path} did not answer ({sent})")
+    return b"".join(chunks)
 
 
 def ping(path: str, timeout: float = 2.0) -> protocol.Pong | None:

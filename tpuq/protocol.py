@@ -29,8 +29,12 @@ else:
     def dataclass_transform(**_: Any) -> Callable[[type], type]:
         return lambda cls: cls
 
-MAX_MESSAGE = 1024 * 1024  # bytes of one request or reply
+MAX_MESSAGE = 1024 * 1024  # bytes of one request, or of one frame of a reply (framing.py)
 MAX_DEPTH = 32  # nesting of JSON containers in a request
+# items in one list of a request (ids to cancel, --after ids): more is refused before any
+# handler runs, so no statement is ever built with more parameters than a database takes
+MAX_IDS = 10_000
+MAX_TASKS = 100_000  # tasks of one array (`--array`)
 
 # The socket's language has a number, carried as "v" by every request and reply. An agent
 # serves requests of OLDEST..PROTOCOL and refuses others in one line that names both
@@ -104,6 +108,10 @@ def _copy(default: Any) -> Any:
 class Request(Message):
     OP: ClassVar[str] = ""
     MUTATES: ClassVar[bool] = False  # changes the queue: agents are woken afterwards
+    # a list field's most items, where it is not MAX_IDS
+    LIMITS: ClassVar[dict[str, int]] = {}
+    # how long a client waits for the answer (a listing of 100,000 jobs takes a while)
+    PATIENCE_S: ClassVar[float] = 30.0
     # which queue the client means (Settings.deployment); None: whatever the agent serves
     deployment: str | None = None
     # whom a privileged caller (root, the agent's user, the database's owner) acts for;
@@ -134,6 +142,7 @@ class Submit(Request):
 
     OP: ClassVar[str] = "submit"
     MUTATES: ClassVar[bool] = True
+    LIMITS: ClassVar[dict[str, int]] = {"array": MAX_TASKS, "array_args": MAX_TASKS}
     spec: dict[str, Any] = {}
     held: bool = False
     after: list[int] = []  # start only once these succeeded (an array's id: every task)
@@ -152,6 +161,7 @@ class ListJobs(Request):
     """Jobs (open ones and the `recent` newest ended, or all) and hosts, for `status`."""
 
     OP: ClassVar[str] = "list"
+    PATIENCE_S: ClassVar[float] = 120.0
     owner: str | None = None
     team: str | None = None
     states: list[str] = []
@@ -160,6 +170,9 @@ class ListJobs(Request):
     # each queued job's expected start from the scheduler's plan run forward
     # (`status --start`): costs a forecast, so only when asked
     starts: bool = False
+    # the waiting tasks of an array as one job object, its `tasks` their indices (the
+    # table of `status`): 10,000 tasks cost one object, not 10,000
+    collapse: bool = False
 
 
 class ShowJob(Request):
@@ -247,6 +260,7 @@ class History(Request):
     """Ended jobs over a period, with runtime and chip-hours (`tpuq history`)."""
 
     OP: ClassVar[str] = "history"
+    PATIENCE_S: ClassVar[float] = 120.0
     since: float | None = None
     until: float | None = None
     user: str | None = None
@@ -482,7 +496,7 @@ def _plain(value: Any) -> Any:
 
 def decode_request(raw: bytes) -> Request:
     """SkewError for a client whose language this agent does not serve."""
-    data = _object(raw)
+    data = parse(raw)
     version = _version(data)
     if not OLDEST <= version <= PROTOCOL:
         newer = version > PROTOCOL
@@ -497,13 +511,39 @@ def decode_request(raw: bytes) -> Request:
     cls = REQUESTS.get(op) if isinstance(op, str) else None
     if cls is None:
         raise ProtocolError(f"unknown request {_short(op)}")
-    return _build(cls, data)
+    req = _build(cls, data)
+    check_limits(req)
+    return req
+
+
+def check_limits(req: Request) -> None:
+    """ProtocolError, naming the limit, for a list with more items than a request may
+    carry (the agent checks what it decodes; the client what it would send or run)."""
+    for name, _, _ in req._fields:
+        value = getattr(req, name)
+        most = req.LIMITS.get(name, MAX_IDS)
+        if isinstance(value, (list, dict)) and len(value) > most:
+            raise ProtocolError(f"{req.OP}.{name} has {len(value)} items: a request carries "
+                                f"at most {most}")
+
+
+def check_size(req: Request) -> bytes:
+    """The request's bytes; ProtocolError, naming the limit, when it is too big to send."""
+    raw = encode(req)
+    if len(raw) > MAX_MESSAGE:
+        raise ProtocolError(f"the request is {len(raw)} bytes: a request is at most "
+                            f"{MAX_MESSAGE} bytes (fewer ids, a smaller spec)")
+    return raw
 
 
 def decode_reply(raw: bytes) -> Reply:
     """SkewError for an agent of another language: one from before the number was
     exchanged (it refused the request unread), or one whose reply this cannot read."""
-    data = _object(raw)
+    return reply_from(parse(raw, nesting=False))
+
+
+def reply_from(data: dict[str, Any]) -> Reply:
+    """The reply a parsed JSON object is (ProtocolError if none; SkewError as above)."""
     version = _version(data)
     if version == UNVERSIONED:
         raise SkewError(f"this host's agent is older than this tpuq (socket protocol "
@@ -541,10 +581,12 @@ def _reject_constant(name: str) -> Any:
     raise ProtocolError(f"{name} is not a number JSON allows")
 
 
-def _object(raw: bytes) -> dict[str, Any]:
+def parse(raw: bytes, nesting: bool = True) -> dict[str, Any]:
+    """One message's JSON object. `nesting`: refuse deep nesting before parsing (a
+    request, from anyone; a byte-by-byte scan that a reply from the agent is spared)."""
     if len(raw) > MAX_MESSAGE:
         raise ProtocolError(f"message over {MAX_MESSAGE} bytes")
-    if _depth(raw) > MAX_DEPTH:
+    if nesting and _depth(raw) > MAX_DEPTH:
         raise ProtocolError(f"nested deeper than {MAX_DEPTH}")
     try:
         data = json.loads(raw, parse_constant=_reject_constant)
@@ -592,7 +634,7 @@ def _build(cls: type[R], data: dict[str, Any]) -> R:
         raise ProtocolError(f"{_name(cls)}: unknown fields {shown}")
     values = {}
     for name, value in data.items():
-        values[name] = _checked(value, fields[name], f"{_name(cls)}.{name}")
+        values[name] = checked(value, fields[name], f"{_name(cls)}.{name}")
     return cls(**values)
 
 
@@ -600,12 +642,12 @@ def _name(cls: type[Request] | type[Reply]) -> str:
     return cls.OP if issubclass(cls, Request) else cls.NAME
 
 
-def _is_int(v: Any) -> bool:
+def is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _is_number(v: Any) -> bool:
-    return _is_int(v) or (isinstance(v, float) and math.isfinite(v))
+    return is_int(v) or (isinstance(v, float) and math.isfinite(v))
 
 
 def _list_of(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
@@ -623,11 +665,11 @@ def _any(v: Any) -> bool:
 _CHECKS: dict[str, Callable[[Any], bool]] = {
     "str": lambda v: isinstance(v, str),
     "bool": lambda v: isinstance(v, bool),
-    "int": _is_int,
+    "int": is_int,
     "float": _is_number,
     "dict[str, Any]": _dict_of(_any),
     "dict[str, str]": _dict_of(lambda v: isinstance(v, str)),
-    "list[int]": _list_of(_is_int),
+    "list[int]": _list_of(is_int),
     "list[str]": _list_of(lambda v: isinstance(v, str)),
     "list[list[str]]": _list_of(_list_of(lambda v: isinstance(v, str))),
     "list[list[int]]": _list_of(_list_of(_is_int)),
@@ -638,7 +680,7 @@ _CHECKS: dict[str, Callable[[Any], bool]] = {
 _ENUMS: dict[str, type[Enum]] = {"Failure": Failure, "Action": Action}
 
 
-def _checked(value: Any, kind: str, where: str) -> Any:
+def checked(value: Any, kind: str, where: str) -> Any:
     """`value` if it has the type the annotation `kind` names (the few forms used above)."""
     options = [k.strip() for k in kind.split("|")]
     if "None" in options:

@@ -46,6 +46,8 @@ ENV: dict[str, str] = {
     "broker_visibility_s": "TPUQ_BROKER_VISIBILITY_S",
     "maintenance_lead_s": "TPUQ_MAINTENANCE_LEAD_S",
     "agent_socket": "TPUQ_AGENT_SOCKET",
+    "agent_connections": "TPUQ_AGENT_CONNECTIONS",
+    "agent_connections_per_user": "TPUQ_AGENT_CONNECTIONS_PER_USER",
     "run_as": "TPUQ_RUN_AS",
     "run_as_min_uid": "TPUQ_RUN_AS_MIN_UID",
     "log_max_bytes": "TPUQ_LOG_MAX_BYTES",
@@ -132,6 +134,9 @@ class Settings:
     broker_visibility_s: float = 3600.0  # Redis re-delivery timeout; irrelevant with early acks
     maintenance_lead_s: float = 300.0  # preempt this long before an announced window
     agent_socket: str = ""  # empty = <home>/agent.sock
+    # requests the agent's socket answers at once, all users / one user; more: "busy"
+    agent_connections: int = 64
+    agent_connections_per_user: int = 8
     # whose account a job runs under: the agent's, or (a root agent) its owner's
     run_as: str = "agent"
     # owner mode never runs a job as an account below this uid (system accounts)

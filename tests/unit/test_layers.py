@@ -19,8 +19,8 @@ MIGRATIONS = ROOT / "migrations"  # installed as tpuq.migrations
 # lowest first; a module may import its own layer and those below it
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("leaf", ("tpuq", "tpuq.settings", "tpuq.spec", "tpuq.shapes", "tpuq.jobenv",
-              "tpuq.users", "tpuq.protocol", "tpuq.job", "tpuq.localclient", "tpuq.runfn",
-              "tpuq.checkpoints", "tpuq.terminal")),
+              "tpuq.users", "tpuq.protocol", "tpuq.framing", "tpuq.job", "tpuq.localclient",
+              "tpuq.runfn", "tpuq.checkpoints", "tpuq.terminal")),
     ("state", ("tpuq.state", "tpuq.migrations")),
     # the fleet controller: over the state layer (its rows, the lost-host requeue); the
     # api reads its view for `tpuq status`, the CLI runs it

@@ -90,3 +90,66 @@ def test_an_unreadable_reply_of_another_language_says_it_was_carried_out():
     with pytest.raises(protocol.ProtocolError, match="unknown fields") as e:
         protocol.decode_reply(same)
     assert not isinstance(e.value, protocol.SkewError)
+
+
+# ---- every message of the registry, by default ------------------------------------------------
+SAMPLES: dict[str, object] = {
+    "str": "x", "int": 7, "bool": True, "float": 1.5, "dict[str, Any]": {"a": [1, {"b": None}]},
+    "dict[str, str]": {"k": "v"}, "list[int]": [1, 2], "list[str]": ["a", "b"],
+    "list[list[str]]": [["a", "b"], []], "list[dict[str, Any]]": [{"id": 1}, {}],
+    "list[list[int]]": [[54, 2]],
+    "Failure": Failure.BUSY, "Action": protocol.Action.HOLD,
+}
+
+
+def sample(cls: type[protocol.Message]) -> protocol.Message:
+    """`cls` with a value other than its default in every field (a field of a type with no
+    sample fails here: add one, so the new type is covered too)."""
+    values = {}
+    for name, kind, _ in cls._fields:
+        base = kind.replace(" | None", "")
+        assert base in SAMPLES, f"{cls.__name__}.{name}: no sample of {kind}"
+        values[name] = SAMPLES[base]
+    return cls(**values)
+
+
+@pytest.mark.parametrize("cls", list(protocol.REQUESTS.values()), ids=list(protocol.REQUESTS))
+def test_every_request_round_trips(cls: type[protocol.Request]) -> None:
+    msg = sample(cls)
+    assert protocol.decode_request(protocol.encode(msg)) == msg
+    assert protocol.decode_request(protocol.encode(cls())) == cls()
+
+
+@pytest.mark.parametrize("cls", list(protocol.REPLIES.values()), ids=list(protocol.REPLIES))
+def test_every_reply_round_trips(cls: type[protocol.Reply]) -> None:
+    msg = sample(cls)
+    assert protocol.decode_reply(protocol.encode(msg)) == msg
+    assert protocol.decode_reply(protocol.encode(cls())) == cls()
+
+
+# ---- limits ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("req", "says"), [
+    (protocol.Submit(after=list(range(protocol.MAX_IDS + 1))),
+     f"submit.after has {protocol.MAX_IDS + 1} items: a request carries at most "
+     f"{protocol.MAX_IDS}"),
+    (protocol.Control(ids=list(range(protocol.MAX_IDS + 1))), "control.ids has"),
+    (protocol.Resubmit(ids=list(range(protocol.MAX_IDS + 1))), "resubmit.ids has"),
+    (protocol.Submit(array=list(range(protocol.MAX_TASKS + 1))),
+     f"at most {protocol.MAX_TASKS}"),
+])
+def test_a_list_over_its_limit_is_refused_naming_it(req: protocol.Request, says: str) -> None:
+    with pytest.raises(ProtocolError, match=says):
+        protocol.check_limits(req)
+    with pytest.raises(ProtocolError, match=says):
+        protocol.decode_request(protocol.encode(req))
+
+
+def test_lists_at_their_limit_pass() -> None:
+    protocol.check_limits(protocol.Submit(after=list(range(protocol.MAX_IDS)),
+                                          array=list(range(protocol.MAX_TASKS))))
+
+
+def test_a_request_too_big_to_send_is_refused_naming_the_limit() -> None:
+    req = protocol.Submit(spec={"name": "x" * protocol.MAX_MESSAGE})
+    with pytest.raises(ProtocolError, match=f"a request is at most {protocol.MAX_MESSAGE} bytes"):
+        protocol.check_size(req)

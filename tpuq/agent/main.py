@@ -311,7 +311,9 @@ class Agent:
         if not self.settings.embedded and socket_has_agent(path, self.settings.deployment):
             log.info("another agent answers on %s; it takes this VM's submissions", path)
             return
-        self.sock = LocalSocketServer(path, self.api.handle, self.api.attach).start()
+        self.sock = LocalSocketServer(
+            path, self.api.handle, self.api.attach, connections=self.settings.agent_connections,
+            per_user=self.settings.agent_connections_per_user).start()
 
     def _reap(self) -> None:
         if self.scheduler.reap():

@@ -15,14 +15,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sqlalchemy.orm import Session
-
 from tpuq import arrays, runfn
 from tpuq.api import logs, views
 from tpuq.api.caller import Caller, Denied, not_found, owned_job, require_admin
 from tpuq.fleet import costs, report
 from tpuq.protocol import (
-    Action,
     AdminSet,
     Control,
     Done,
@@ -80,10 +77,6 @@ log = logging.getLogger("tpuq.api")
 RESULT_CHUNK = 512 * 1024  # bytes of a function's outcome per reply (base64 stays < 1 MiB)
 Reasons = Callable[[], Mapping[int, str]]  # job id -> why it waits
 Starts = Callable[[], Mapping[int, Any]]  # job id -> forecast.Start (when it should start)
-_JOB_ACTIONS: dict[Action, Callable[[Session, int, str], jobs.Result]] = {
-    Action.CANCEL: jobs.cancel, Action.PREEMPT: jobs.preempt,
-    Action.HOLD: jobs.hold, Action.RELEASE: jobs.release,
-}
 
 
 class Api:
@@ -180,9 +173,10 @@ class Api:
 
     def list_jobs(self, req: ListJobs, caller: Caller) -> Reply:
         with self.db.read() as s:
+            tasks: dict[int, list[int]] | None = {} if req.collapse else None
             rows = queries.list_jobs(s, states=req.states or None, owner=req.owner,
                                      team=req.team, recent=10**9 if req.everything
-                                     else max(0, req.recent))
+                                     else max(0, req.recent), folded=tasks)
             host_rows = queries.hosts_with_jobs(s)
             now = queries.now(s)
             min_code = hosts.min_code(s)
@@ -195,9 +189,14 @@ class Api:
         reasons = self.reasons() if queued and not req.starts else {}
         starts = self.starts() if queued and req.starts else {}
         stale = self.settings.host_stale_s
-        return JobList(jobs=[views.job_object(r, caller, waiting=reasons.get(r.id),
-                                              current=current.get(r.id),
-                                              start=starts.get(r.id)) for r in rows],
+        objects = []
+        for r in rows:
+            obj = views.job_object(r, caller, waiting=reasons.get(r.id),
+                                   current=current.get(r.id), start=starts.get(r.id))
+            if tasks and r.id in tasks:  # an array's waiting tasks, folded into this one
+                obj["tasks"] = tasks[r.id]
+            objects.append(obj)
+        return JobList(jobs=objects,
                        hosts=[views.host_object(h, j, now, stale, min_code, over.get(h.name))
                               for h, j in host_rows], now=now, fleet=fleet)
 
@@ -232,23 +231,27 @@ class Api:
 
     # ---- changing jobs ---------------------------------------------------------------------
     def control(self, req: Control, caller: Caller) -> Reply:
-        act = _JOB_ACTIONS[req.action]
-        out = []
+        out: dict[int, dict[str, Any]] = {}
         with self.db.write() as s:
             tasks = queries.open_tasks(s, req.arrays)
             if req.arrays and not tasks:
                 raise not_found(f"no open task in array {', '.join(map(str, req.arrays))}")
-            for job_id in [*req.ids, *tasks]:
-                owner = jobs.owner_of(s, job_id)
+            wanted = list(dict.fromkeys([*req.ids, *tasks]))
+            owners = jobs.owners_of(s, wanted)
+            allowed = []
+            for job_id in wanted:
+                owner = owners.get(job_id)
                 if owner is None:
-                    out.append(_result(jobs.Result(job_id, False, "does not exist")))
+                    out[job_id] = _result(jobs.Result(job_id, False, "does not exist"))
                 elif not caller.owns(owner):
-                    out.append(_result(jobs.Result(
+                    out[job_id] = _result(jobs.Result(
                         job_id, False, f"is {owner}'s job; only its owner or an admin may "
-                                       "change it"), Failure.FORBIDDEN))
+                                       "change it"), Failure.FORBIDDEN)
                 else:
-                    out.append(_result(act(s, job_id, caller.name)))
-        return Results(results=out)
+                    allowed.append(job_id)
+            for r in jobs.act_on_many(s, req.action.value, allowed, caller.name):
+                out[r.job_id] = _result(r)
+        return Results(results=[out[j] for j in wanted])
 
     def update(self, req: Update, caller: Caller) -> Reply:
         check_update(req.priority, req.time_limit_s)

@@ -17,12 +17,19 @@ from tpuq.spec import SpecError, parse_duration
 
 def _act(ids: tuple[int, ...], action: Action, as_json: bool,
          arrays: tuple[int, ...] = ()) -> None:
-    from tpuq.protocol import Control, Results
+    from tpuq.protocol import MAX_IDS, Control, Results
 
     if not ids and not arrays:
         raise UserError("name the jobs (IDs) or --array ID")
-    _report(context.ask(Control(action=action, ids=list(ids), arrays=list(arrays)),
-                        Results).results, as_json)
+    if len(arrays) > MAX_IDS:
+        raise UserError(f"{len(arrays)} arrays: at most {MAX_IDS} at once")
+    results: list[dict[str, Any]] = []
+    # a request carries at most MAX_IDS ids (`cancel --mine` may find more): in batches
+    for start in range(0, max(len(ids), 1), MAX_IDS):
+        batch = Control(action=action, ids=list(ids[start:start + MAX_IDS]),
+                        arrays=list(arrays) if start == 0 else [])
+        results += context.ask(batch, Results).results
+    _report(results, as_json)
 
 
 def _report(results: list[dict[str, Any]], as_json: bool) -> None:

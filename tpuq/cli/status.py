@@ -177,11 +177,20 @@ def status(show_all: bool, mine: bool, user: str | None, team_filter: str | None
     fleet: list[str] = []  # what the fleet's VMs wait for (tpuq fleet status)
 
     def fetch() -> tuple[list[dict[str, Any]], list[dict[str, Any]], float]:
-        from tpuq.protocol import JobList, ListJobs
+        from tpuq.client import ClientError
+        from tpuq.protocol import Failure, JobList, ListJobs
 
-        reply = context.ask(ListJobs(owner=owner, team=team_filter, states=list(states),
-                                     recent=recent, everything=show_all, starts=starts),
-                            JobList)
+        # the agent sends an array's waiting tasks as one row where the table shows
+        # them so and no filter here needs each task
+        folded = not (as_json or expand or name_pattern or host_filter)
+        req = ListJobs(owner=owner, team=team_filter, states=list(states), recent=recent,
+                       everything=show_all, starts=starts, collapse=folded)
+        try:
+            reply = context.ask(req, JobList)
+        except ClientError as e:  # an agent of an earlier release: without the field
+            if not (folded and e.kind is Failure.BAD_REQUEST and "collapse" in e.message):
+                raise
+            reply = context.ask(req.replace(collapse=False), JobList)
         jobs = [j for j in reply.jobs
                 if (name_pattern is None or fnmatch.fnmatch(job_name(j), name_pattern))
                 and (host_filter is None or j["host"] == host_filter)]
@@ -230,7 +239,7 @@ def collapse(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if row is None:
             row = rows[key] = {**j, "tasks": []}
             out.append(row)
-        row["tasks"].append(j["array_index"])
+        row["tasks"].extend(j.get("tasks") or [j["array_index"]])  # the agent's, folded
     for row in rows.values():
         row["shown_id"] = f"{row['array_id']}_[{compress(row['tasks'])}]"
     return out

@@ -23,7 +23,7 @@ from tpuq.state.transitions import transition
 
 OK, ANY = "ok", "any"
 MAX_DEPS = 10_000  # jobs and tasks one submit names
-MAX_DEP_ROWS = 1_000_000  # links one submit writes (tasks x the jobs they wait for)
+MAX_DEP_ROWS = 100_000  # links one submit writes (tasks x the jobs they wait for)
 DEPS = cast(Table, JobDep.__table__)
 _ENDED = tuple(s.value for s in TERMINAL)
 _FAILED = tuple(s.value for s in TERMINAL if s is not JobState.SUCCEEDED)

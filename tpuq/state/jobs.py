@@ -21,7 +21,7 @@ from tpuq.state.clock import db_now
 from tpuq.state.db import rows_changed
 from tpuq.state.models import Job, JobEvent
 from tpuq.state.states import TERMINAL, JobState, StopRequest
-from tpuq.state.transitions import transition
+from tpuq.state.transitions import CHUNK, transition, transition_many
 
 JOBS = cast(Table, Job.__table__)
 Q, H, A, R, P = (JobState.QUEUED, JobState.HELD, JobState.ASSIGNED, JobState.RUNNING,
@@ -107,6 +107,45 @@ def _current(s: Session, job_id: int) -> Row[Any] | None:
 def owner_of(s: Session, job_id: int) -> str | None:
     """The job's owner, or None when there is no such job."""
     return s.scalar(select(JOBS.c.owner).where(JOBS.c.id == job_id))
+
+
+def owners_of(s: Session, job_ids: Sequence[int]) -> dict[int, str]:
+    """Each existing job's owner (a job that does not exist is missing)."""
+    out: dict[int, str] = {}
+    for start in range(0, len(job_ids), CHUNK):
+        chunk = list(job_ids[start:start + CHUNK])
+        out.update((int(i), o) for i, o in s.execute(
+            select(JOBS.c.id, JOBS.c.owner).where(JOBS.c.id.in_(chunk))))
+    return out
+
+
+# what a bulk command does set-based: the state it moves many jobs from, and to
+_BULK: dict[str, tuple[tuple[JobState, JobState, str], ...]] = {
+    "cancel": ((Q, JobState.CANCELLED, "cancelled"), (H, JobState.CANCELLED, "cancelled")),
+    "hold": ((Q, H, "held"),),
+    "release": ((H, Q, "released"),),
+    "preempt": (),
+}
+
+
+def act_on_many(s: Session, verb: str, job_ids: Sequence[int], actor: str) -> list[Result]:
+    """cancel, preempt, hold or release each of `job_ids`, in order. The jobs that wait
+    (queued, held: an array's thousands of tasks) change set-based, a few statements for
+    all of them (transitions.transition_many); the rest one by one as `cancel` etc. do."""
+    one = {"cancel": cancel, "preempt": preempt, "hold": hold, "release": release}[verb]
+    states: dict[int, str] = {}
+    for start in range(0, len(job_ids), CHUNK):
+        chunk = list(job_ids[start:start + CHUNK])
+        states.update((int(i), st) for i, st in s.execute(
+            select(JOBS.c.id, JOBS.c.state).where(JOBS.c.id.in_(chunk))))
+    done: dict[int, Result] = {}
+    for frm, to, said in _BULK[verb]:
+        wanted = [j for j in dict.fromkeys(job_ids) if states.get(j) == frm.value]
+        verb_ = "cancelled" if to is JobState.CANCELLED else said
+        for j in transition_many(s, wanted, frm, to, reason=f"{verb_} by {actor}", actor=actor,
+                                 values={"ended_at": db_now()} if to in TERMINAL else None):
+            done[j] = Result(j, True, said)
+    return [done[j] if j in done else one(s, j, actor) for j in job_ids]
 
 
 def update(s: Session, job_id: int, actor: str, *, priority: int | None = None,

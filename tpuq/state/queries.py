@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
-from sqlalchemy import Row, Table, column, select, table
+from sqlalchemy import Row, Table, and_, column, not_, or_, select, table
 from sqlalchemy.orm import Session
 
 from tpuq.state.clock import db_now
@@ -26,14 +26,28 @@ JOB_COLUMNS = tuple(c for c in JOBS.c if c.name not in SECRET_COLUMNS)
 _JOB_ENV_VIEW = table("job_env", column("id"), column("env"))
 
 
+FOLD_MOST = 900  # arrays folded in one listing: their first tasks' ids are one IN list
+_WAITING_TASK = and_(JOBS.c.array_id.is_not(None),
+                     JOBS.c.state.in_([st.value for st in WAITING]))
+
+
 def list_jobs(s: Session, *, states: Sequence[str] | None = None, owner: str | None = None,
-              team: str | None = None, recent: int = 20) -> list[Row[Any]]:
-    """Waiting and active jobs, plus the `recent` newest finished ones."""
+              team: str | None = None, recent: int = 20,
+              folded: dict[int, list[int]] | None = None) -> list[Row[Any]]:
+    """Waiting and active jobs, plus the `recent` newest finished ones. `folded`: filled
+    with each array's first waiting task (per state) -> the indices of all of them, and
+    of those tasks only the first is read whole (`status`'s table: one row per array)."""
     q = select(*JOB_COLUMNS)
     if owner:
         q = q.where(JOBS.c.owner == owner)
     if team:
         q = q.where(JOBS.c.team == team)
+    if folded is not None:
+        rows = _fold(s, q.with_only_columns(
+            JOBS.c.id, JOBS.c.array_id, JOBS.c.state, JOBS.c.array_index), states)
+        if 0 < len(rows) <= FOLD_MOST:  # else every task, as without folding
+            folded.update(rows)
+            q = q.where(or_(not_(_WAITING_TASK), JOBS.c.id.in_(list(folded))))
     if states:
         return list(s.execute(q.where(JOBS.c.state.in_(states)).order_by(JOBS.c.id)))
     live = [st.value for st in (*ACTIVE, *WAITING)]
@@ -41,6 +55,18 @@ def list_jobs(s: Session, *, states: Sequence[str] | None = None, owner: str | N
     done = list(s.execute(q.where(JOBS.c.state.not_in(live)).order_by(JOBS.c.id.desc())
                           .limit(recent)))
     return sorted(open_jobs + done, key=lambda j: j.id)
+
+
+def _fold(s: Session, q: Any, states: Sequence[str] | None) -> dict[int, list[int]]:
+    q = q.where(_WAITING_TASK)
+    if states:
+        q = q.where(JOBS.c.state.in_(states))
+    firsts: dict[tuple[int, str], int] = {}
+    out: dict[int, list[int]] = {}
+    for job_id, array_id, state, index in s.execute(q.order_by(JOBS.c.id)):
+        first = firsts.setdefault((array_id, state), job_id)
+        out.setdefault(first, []).append(index)
+    return out
 
 
 def job(s: Session, job_id: int) -> Row[Any] | None:

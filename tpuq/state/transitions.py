@@ -80,6 +80,42 @@ def transition(
                                 actor=actor, values=values) is not None
 
 
+CHUNK = 900  # ids in one IN list: under every SQLite's limit on bound parameters
+
+
+def transition_many(s: Session, job_ids: Sequence[int], frm: JobState, to: JobState, *,
+                    reason: str, actor: str, values: Mapping[str, Any] | None = None
+                    ) -> list[int]:
+    """`transition` for many jobs at once, set-based: one compare-and-set UPDATE per
+    CHUNK ids (each job changes only if it is still in `frm`), their event rows in one
+    insert, and the outbox rows of the owners who asked to hear of it. For user commands
+    on whole arrays (`cancel --array`, `hold --array`): no riders, no attempt or host
+    guard (a job in `frm` holds no attempt). Returns the ids it changed."""
+    _check_allowed((frm,), to)
+    changes: dict[str, Any] = {"state": to.value, "updated_at": db_now(), "reason": reason,
+                               **(values or {})}
+    changed: list[tuple[int, int]] = []
+    for start in range(0, len(job_ids), CHUNK):
+        chunk = list(job_ids[start:start + CHUNK])
+        done = s.execute(update(JOBS).where(JOBS.c.id.in_(chunk), JOBS.c.state == frm.value)
+                         .values(**changes).returning(JOBS.c.id, JOBS.c.attempt))
+        changed += [(int(r.id), int(r.attempt)) for r in done]
+    if not changed:
+        return []
+    now = s.execute(select(db_now())).scalar_one()
+    s.execute(insert(EVENTS), [{"job_id": j, "at": now, "from_state": frm.value,
+                                "to_state": to.value, "attempt": a, "reason": reason,
+                                "actor": actor} for j, a in changed])
+    ids = [j for j, _ in changed]
+    if to in TERMINAL:
+        cols, wanted = _told_rows(to.value)
+        for start in range(0, len(ids), CHUNK):
+            s.execute(insert(NOTIFICATIONS).from_select(
+                list(cols), wanted.where(JOBS.c.id.in_(ids[start:start + CHUNK]))),
+                {"tq_n_count": None, "tq_n_detail": None})
+    return ids
+
+
 @dataclass(frozen=True)
 class Rider:
     """A write that must happen with a transition and only if it happens (an attempt row,
@@ -183,20 +219,26 @@ def notification_rider(event: str, detail: str) -> Rider:
 def _notify_builder(event: str) -> Callable[[ColumnElement[bool] | None], Any]:
     """The outbox INSERT of one event, gated or not (built once per event: it rides on
     every end of every job)."""
-    words = _TOLD[event]
-    cols: dict[str, Any] = {
-        "job_id": JOBS.c.id, "event": literal(event, String),
-        "preemptions": bindparam("tq_n_count", type_=Integer),
-        "detail": bindparam("tq_n_detail", type_=Text), "created_at": db_now(),
-        "state": literal("pending", String), "tries": literal(0, Integer), "next_at": db_now()}
-    wanted = select(*cols.values()).where(
-        JOBS.c.id == bindparam("tq_job"), or_(*(JOBS.c.notify.contains(w) for w in words)))
+    cols, every = _told_rows(event)
+    wanted = every.where(JOBS.c.id == bindparam("tq_job"))
 
     def build(gate: ColumnElement[bool] | None) -> Any:
         return insert(NOTIFICATIONS).from_select(
             list(cols), wanted if gate is None else wanted.where(gate))
 
     return build
+
+
+def _told_rows(event: str) -> tuple[dict[str, Any], Any]:
+    """The outbox columns of `event` and the SELECT of them for every job whose owner
+    asked to hear of it (narrowed to the jobs concerned by the caller)."""
+    words = _TOLD[event]
+    cols: dict[str, Any] = {
+        "job_id": JOBS.c.id, "event": literal(event, String),
+        "preemptions": bindparam("tq_n_count", type_=Integer),
+        "detail": bindparam("tq_n_detail", type_=Text), "created_at": db_now(),
+        "state": literal("pending", String), "tries": literal(0, Integer), "next_at": db_now()}
+    return cols, select(*cols.values()).where(or_(*(JOBS.c.notify.contains(w) for w in words)))
 
 
 _STATEMENTS: dict[Hashable, Any] = {}  # bounded: one per shape, and shapes are few
