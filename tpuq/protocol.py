@@ -567,7 +567,7 @@ def reply_from(data: dict[str, Any]) -> Reply:
 
 def _version(data: dict[str, Any]) -> int:
     version = data.pop("v", UNVERSIONED)
-    if not _is_int(version) or version < UNVERSIONED:
+    if not is_int(version) or version < UNVERSIONED:
         raise ProtocolError(f"v: not a protocol number: {_short(version)}")
     return int(version)
 
@@ -672,7 +672,7 @@ _CHECKS: dict[str, Callable[[Any], bool]] = {
     "list[int]": _list_of(is_int),
     "list[str]": _list_of(lambda v: isinstance(v, str)),
     "list[list[str]]": _list_of(_list_of(lambda v: isinstance(v, str))),
-    "list[list[int]]": _list_of(_list_of(_is_int)),
+    "list[list[int]]": _list_of(_list_of(is_int)),
     "list[dict[str, Any]]": _list_of(lambda v: isinstance(v, dict)),
     "Failure": lambda v: v in {f.value for f in Failure},
     "Action": lambda v: v in {a.value for a in Action},
