@@ -7,30 +7,21 @@ On a machine without an agent of this deployment, write it to the database direc
 
 from __future__ import annotations
 
-import os
 import shlex
-import shutil
-import sys
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from tpuq import arrays, jobenv
+from tpuq import arrays
 from tpuq.cli import context
 from tpuq.cli.args import JOB_ID
+from tpuq.cli.wait import cancel_on_interrupt_option
 from tpuq.cli.errors import UserError
-from tpuq.spec import JobSpec, SpecError, notify_asked, parse_duration
+from tpuq.spec import JobSpec, SpecError
+from tpuq.submitopts import SubmitOptions, resolve
 
 if TYPE_CHECKING:
     from tpuq.settings import Settings
-
-
-def submitter_python() -> str:
-    """The interpreter a `python` typed in this shell would run (the active venv's)."""
-    venv = os.environ.get("VIRTUAL_ENV")
-    if venv and os.access(os.path.join(venv, "bin", "python"), os.X_OK):
-        return os.path.join(venv, "bin", "python")
-    return shutil.which("python3") or shutil.which("python") or sys.executable
 
 
 def _did_you_mean(option: str) -> str:
@@ -50,21 +41,10 @@ def build_command(args: tuple[str, ...], python: str | None) -> list[str]:
     if first.startswith("-"):
         raise UserError(f"no such option: {first}{_did_you_mean(first)} "
                         "(see `tpuq submit --help`)")
-    if first.endswith(".py"):
-        if not os.path.isfile(first):
-            raise UserError(f"script not found: {first}")
-        return [python or submitter_python(), os.path.abspath(first), *args[1:]]
-    if os.sep in first:
-        if not (os.path.isfile(first) and os.access(first, os.X_OK)):
-            raise UserError(f"not an executable file: {first}")
-        return [os.path.abspath(first), *args[1:]]
-    found = shutil.which(first)
-    if found is None:
-        here = os.path.isfile(first)
-        hint = f" (it is a file here: run it as `-- ./{first}` or `-- bash {first}`)" \
-            if here else ""
-        raise UserError(f"command not found: {first}{hint}")
-    return [found, *args[1:]]
+    try:
+        return resolve(args, python)
+    except SpecError as e:
+        raise UserError(str(e)) from None
 
 
 @click.command(context_settings={"ignore_unknown_options": True,
@@ -120,6 +100,7 @@ def build_command(args: tuple[str, ...], python: str | None) -> list[str]:
                    "in the config file). Repeatable.")
 @click.option("--wait", "wait_end", is_flag=True,
               help="Wait until the job ends; exit with its outcome as `tpuq wait` does.")
+@cancel_on_interrupt_option
 @click.option("-q", "--quiet", is_flag=True, help="Print only the job id.")
 @context.json_option
 def submit(command: tuple[str, ...], name: str | None, chips: int | None, tpu_type: str | None,
@@ -128,7 +109,7 @@ def submit(command: tuple[str, ...], name: str | None, chips: int | None, tpu_ty
            grace: str | None, time_limit: str | None, max_retries: int, no_requeue: bool,
            no_tcmalloc: bool, python: str | None, hold: bool, after: tuple[str, ...],
            after_any: tuple[str, ...], array_spec: str | None, args_file: Any,
-           notify: str | None, notify_to: tuple[str, ...], wait_end: bool, quiet: bool,
+           notify: str | None, notify_to: tuple[str, ...], wait_end: bool, cancel_on_interrupt: bool, quiet: bool,
            as_json: bool) -> None:
     """Queue a job: a Python script or, after --, any command.
 
@@ -143,24 +124,19 @@ def submit(command: tuple[str, ...], name: str | None, chips: int | None, tpu_ty
     script's own arguments.
     """
     cfg = context.settings()
-    events, destinations = notify_asked(notify, notify_to, cfg)
+    opts = SubmitOptions(
+        name=name, chips=chips, tpu_type=tpu_type, team=team, priority=priority,
+        env=env_items, export=export, stop_signal=stop_signal, grace=grace,
+        time_limit=time_limit, max_retries=max_retries, requeue=not no_requeue,
+        tcmalloc=not no_tcmalloc, python=python, notify=notify, notify_to=notify_to,
+        hold=hold, after=job_ids(after, "--after"), after_any=job_ids(after_any, "--after-any"))
+    command_line = build_command(command, python)
     try:
-        spec = JobSpec(
-            command=build_command(command, python), cwd=os.getcwd(),
-            env=jobenv.capture(os.environ, env_items, export),
-            env_dropped=jobenv.dropped(os.environ, env_items),
-            owner=cfg.user_name, team=team or cfg.team, name=name, priority=priority,
-            chips=chips, tpu_type=tpu_type, stop_signal=stop_signal,
-            grace_s=parse_duration(grace) if grace else cfg.default_grace_s,
-            time_limit_s=parse_duration(time_limit) if time_limit else None,
-            max_retries=max_retries, requeue_on_preempt=not no_requeue, tcmalloc=not no_tcmalloc,
-            notify=events, notify_to=destinations,
-        ).validate()
+        spec = opts.spec(command_line, cfg)
     except SpecError as e:
         raise UserError(str(e)) from None
     array = _array(array_spec, args_file)
-    job_id, tasks, notes = _send(cfg, spec, hold, job_ids(after, "--after"),
-                                 job_ids(after_any, "--after-any"), array)
+    job_id, tasks, notes = _send(cfg, opts, spec, array)
     state = "held" if hold else "queued"
     if as_json:
         context.echo_json({"id": job_id, "state": state, **({"tasks": tasks} if tasks else {})})
@@ -174,10 +150,13 @@ def submit(command: tuple[str, ...], name: str | None, chips: int | None, tpu_ty
     for note in notes:  # on stderr, so even -q and --json show them
         click.echo(note, err=True)
     if wait_end:
-        from tpuq.cli.wait import exit_status, wait_for
+        from tpuq.cli.wait import exit_status, interruptible, wait_for
 
         every = tasks or [job_id]
-        code = exit_status(wait_for(every, say=not quiet and not as_json), every)
+        with interruptible(every, cancel=cancel_on_interrupt,
+                           array=job_id if tasks else None):
+            ended = wait_for(every, say=not quiet and not as_json)
+        code = exit_status(ended, every)
         if code:
             raise SystemExit(code)
 
@@ -218,15 +197,14 @@ def _array(spec: str | None, args_file: Any) -> Array | None:
     return (indices or list(range(len(args)))), args, throttle
 
 
-def _send(cfg: Settings, spec: JobSpec, hold: bool, after: list[int],
-          after_any: list[int], array: Array | None) -> tuple[int, list[int], list[str]]:
+def _send(cfg: Settings, opts: SubmitOptions, spec: JobSpec,
+          array: Array | None) -> tuple[int, list[int], list[str]]:
     """Queue the spec; (job id, an array's task ids, warnings and notes for the user)."""
-    from tpuq.protocol import Submit, Submitted
+    from tpuq.protocol import Submitted
 
     indices, args, throttle = array or ([], [], None)
-    reply = context.ask(Submit(spec=spec.to_dict(), held=hold, after=after,
-                               after_any=after_any, array=indices, array_args=args,
-                               throttle=throttle), Submitted)
+    reply = context.ask(opts.request(spec, array=indices, array_args=args,
+                                     throttle=throttle), Submitted)
     notes = list(reply.warnings)
     if cfg.embedded and not context.client().via_agent:
         notes.append("note: no agent is running on this VM; start one with `tpuq agent`")

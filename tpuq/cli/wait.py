@@ -7,7 +7,9 @@ job's (in the order given): 10 failed, 11 cancelled, 12 timeout, so
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import NoReturn
 
 import click
 
@@ -15,6 +17,12 @@ from tpuq.cli import context
 from tpuq.cli.args import JOB_ID
 
 OUTCOME_EXIT = {"succeeded": 0, "failed": 10, "cancelled": 11, "timeout": 12}
+INTERRUPTED_EXIT = 130  # as a shell reports a command ended by SIGINT
+
+cancel_on_interrupt_option = click.option(
+    "--cancel-on-interrupt", is_flag=True, envvar="TPUQ_CANCEL_ON_INTERRUPT",
+    help="Cancel the job(s) when this command is interrupted (Ctrl-C); otherwise they "
+         "stay queued or running, and the command says how to cancel them.")
 
 
 def outcome_exit(state: str) -> int:
@@ -34,21 +42,56 @@ def wait_for(ids: Sequence[int], *, say: bool = True) -> dict[int, str]:
                       ids, on_end=told)
 
 
+@contextmanager
+def interruptible(ids: Sequence[int], *, cancel: bool, array: int | None = None
+                  ) -> Iterator[None]:
+    """Ctrl-C while waiting on jobs: say which jobs go on and how to cancel them, or
+    (`cancel`) cancel them; exit 130 either way."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        on_interrupt(ids, cancel=cancel, array=array)
+
+
+def on_interrupt(ids: Sequence[int], *, cancel: bool, array: int | None = None) -> NoReturn:
+    """What an interrupted wait tells (or does): the jobs keep running unless `cancel`."""
+    what = f"array {array}" if array is not None else \
+        ("job " if len(ids) == 1 else "jobs ") + " ".join(map(str, ids))
+    how = f"--array {array}" if array is not None else " ".join(map(str, ids))
+    if not cancel:
+        click.echo(f"tpuq: interrupted; {what} goes on (stopped waiting only): "
+                   f"`tpuq cancel {how}` cancels it", err=True)
+        raise SystemExit(INTERRUPTED_EXIT)
+    from tpuq.protocol import Action, Control, Results
+
+    req = Control(action=Action.CANCEL, ids=[] if array is not None else list(ids),
+                  arrays=[array] if array is not None else [])
+    for r in context.ask(req, Results).results:
+        said = r["message"] if r["ok"] else f"not cancelled: {r['message']}"
+        click.echo(f"tpuq: interrupted; job {r['id']} {said}", err=True)
+    raise SystemExit(INTERRUPTED_EXIT)
+
+
 def exit_status(ended: dict[int, str], ids: Sequence[int]) -> int:
     return next((outcome_exit(ended[i]) for i in ids if ended[i] != "succeeded"), 0)
 
 
 @click.command()
 @click.argument("job_ids", nargs=-1, required=True, type=JOB_ID)
+@cancel_on_interrupt_option
 @context.json_option
-def wait(job_ids: tuple[int, ...], as_json: bool) -> None:
+def wait(job_ids: tuple[int, ...], cancel_on_interrupt: bool, as_json: bool) -> None:
     """Wait until the jobs end; exit 0 if all succeeded, else 10 failed, 11 cancelled,
     12 timeout (the first such job's, in the order given).
 
     \b
       tpuq wait 12 && tpuq submit eval.py
+
+    Ctrl-C stops waiting (exit 130) and names the jobs, which go on; with
+    --cancel-on-interrupt it cancels them.
     """
-    ended = wait_for(job_ids, say=not as_json)
+    with interruptible(job_ids, cancel=cancel_on_interrupt):
+        ended = wait_for(job_ids, say=not as_json)
     if as_json:
         context.echo_json([{"id": i, "state": ended[i]} for i in job_ids])
     code = exit_status(ended, job_ids)

@@ -1,0 +1,178 @@
+"""Queuing jobs from Python: a function, a script or a command, one at a time or a
+whole sweep in one request (`tpuq.client.submit`, `submit_command`, `submit_many`).
+
+The options are `tpuq submit`'s (tpuq/submitopts.py maps them to a spec, for the CLI
+too); every call returns the same `Job` handle. A batch goes as few requests as fit in
+a message (protocol.MAX_MESSAGE), each one transaction and one wake-up of the agents;
+what every job of a request shares (its directory, environment, options) is sent once.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tpuq.client import ClientError, Job, shared_client
+from tpuq.protocol import MAX_MESSAGE, Failure, SubmitMany, Submitted
+from tpuq.spec import JobSpec, SpecError
+from tpuq.submitopts import SubmitOptions, resolve
+
+if TYPE_CHECKING:
+    from tpuq.settings import Settings
+
+# room left in a message for the request's own fields and JSON's overhead
+BATCH_BYTES = MAX_MESSAGE - 64 * 1024
+
+
+@dataclass
+class Pending:
+    """One job of a batch, not sent yet: a function call or a command, and the options
+    that are its own (a batch's options apply to the rest). Made by `call`/`command`."""
+
+    fn: Callable[..., Any] | None = None
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    argv: Sequence[str] = ()
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Pending:
+    """`fn(*args, **kwargs)` as one job of `submit_many`; keywords named as a submit
+    option (chips=, name=, ...) are the job's options, the rest the function's."""
+    names = SubmitOptions.names()
+    return Pending(fn=fn, args=args, kwargs={k: v for k, v in kwargs.items() if k not in names},
+                   options={k: v for k, v in kwargs.items() if k in names})
+
+
+def command(argv: Sequence[str] | str, **options: Any) -> Pending:
+    """A script or command as one job of `submit_many`: ["train.py", "--lr", "3e-4"]
+    runs with this interpreter's python, as `tpuq submit train.py --lr 3e-4` does."""
+    return Pending(argv=_words(argv), options=options)
+
+
+def submit(fn: Callable[..., Any], *args: Any, settings: Settings | None = None,
+           **kwargs: Any) -> Job:
+    """Queue `fn(*args, **kwargs)` as a job; its handle (`.result()`, `.wait()`, ...).
+
+    The call is cloudpickled here (a notebook's functions and lambdas included), run on a
+    host in a fresh interpreter (`python -m tpuq.runfn`, this interpreter's path by
+    default) with this process's cwd and environment (as `tpuq submit --export ALL`), and
+    its value or exception stored for `.result()` from any machine of the deployment.
+    Options are the submit command's (`chips=`, `time_limit=`, `hold=`, `after=`...); a
+    keyword argument of `fn` with an option's name goes through `functools.partial`.
+    ClientError (its `kind` and one-line message) for anything refused, as the CLI's exit
+    status says.
+    """
+    return submit_many([call(fn, *args, **kwargs)], settings=settings)[0]
+
+
+def submit_command(argv: Sequence[str] | str, *, settings: Settings | None = None,
+                   **options: Any) -> Job:
+    """Queue a script or command as `tpuq submit` does, with its options as keywords:
+    `submit_command(["train.py", "--lr", "3e-4"], chips=4, time_limit="12h")`. A string
+    is split as a shell would (no expansion)."""
+    return submit_many([command(argv, **options)], settings=settings)[0]
+
+
+def submit_many(jobs: Iterable[Pending], *, settings: Settings | None = None,
+                **options: Any) -> list[Job]:
+    """Queue many jobs at once (a sweep): each a `call(fn, ...)` or `command(argv)`,
+    with `options` for all of them (a job's own options win). All are checked before any
+    is sent; each request is one transaction, so a refusal queues none of its jobs."""
+    from tpuq.settings import load
+
+    cfg = settings or load()
+    try:
+        common = SubmitOptions(**options)
+    except TypeError as e:
+        raise ClientError(Failure.REFUSED, f"unknown submit option: {e}") from None
+    items = [_item(p, common, cfg) for p in jobs]
+    if not items:
+        return []
+    client = shared_client(cfg)
+    out: list[Job] = []
+    for batch in _batches(items):
+        done = client.ask(batch, Submitted)
+        out += [Job(i, cfg, warnings=list(done.warnings)) for i in done.tasks]
+    return out
+
+
+def _words(argv: Sequence[str] | str) -> list[str]:
+    if isinstance(argv, str):
+        import shlex
+
+        return shlex.split(argv)
+    return [str(a) for a in argv]
+
+
+def _item(p: Pending, common: SubmitOptions, cfg: Settings) -> dict[str, Any]:
+    """The request's entry for one job: its spec, how it waits, its pickled call."""
+    try:
+        opts = common.merged(**p.options)
+        if p.fn is not None:
+            spec = _function_spec(p.fn, opts, cfg)
+        else:
+            spec = opts.spec(resolve(p.argv, opts.python), cfg)
+        entry = opts.request(spec).as_dict()
+    except SpecError as e:
+        raise ClientError(Failure.REFUSED, str(e)) from None
+    except TypeError as e:  # an option of the wrong kind, say chips="4"
+        raise ClientError(Failure.REFUSED, f"bad submit option: {e}") from None
+    if p.fn is not None:
+        entry["function"] = _pickled(p.fn, p.args, p.kwargs)
+    return {k: entry[k] for k in ("spec", "held", "after", "after_any", "function")}
+
+
+def _function_spec(fn: Callable[..., Any], opts: SubmitOptions, cfg: Settings) -> JobSpec:
+    from tpuq import runfn
+
+    python = opts.python or sys.executable
+    name = getattr(fn, "__qualname__", None) or "function"
+    return opts.spec([python, "-m", runfn.MODULE], cfg, default_name=name)
+
+
+def _pickled(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    import cloudpickle
+
+    from tpuq import runfn
+
+    try:
+        data = cloudpickle.dumps((fn, args, kwargs))
+    except Exception as e:  # noqa: BLE001 - whatever pickling raised, in one line
+        raise ClientError(Failure.REFUSED, f"the function or its arguments cannot be "
+                          f"pickled: {e}") from None
+    refused = runfn.too_big(data)
+    if refused:
+        raise ClientError(Failure.REFUSED, refused)
+    return base64.b64encode(data).decode()
+
+
+def _batches(items: list[dict[str, Any]]) -> Iterable[SubmitMany]:
+    """Requests of at most BATCH_BYTES each, in order; what every job of one request
+    shares is sent once, in `common`."""
+    batch: list[dict[str, Any]] = []
+    size = 0
+    for item in items:
+        n = len(json.dumps(item, default=str))
+        if batch and size + n > BATCH_BYTES:
+            yield _request(batch)
+            batch, size = [], 0
+        batch.append(item)
+        size += n
+    if batch:
+        yield _request(batch)
+
+
+def _request(batch: list[dict[str, Any]]) -> SubmitMany:
+    first = batch[0]["spec"]
+    common = {k: v for k, v in first.items() if all(i["spec"].get(k) == v for i in batch)}
+    jobs = [{**i, "spec": {k: v for k, v in i["spec"].items() if k not in common}}
+            for i in batch]
+    return SubmitMany(common=common, jobs=jobs)
+
+
+__all__ = ["Pending", "call", "command", "submit", "submit_command", "submit_many"]
