@@ -21,9 +21,9 @@ from tpuq.protocol import Failure, Refusal, Reply, Request
 
 if TYPE_CHECKING:
     from tpuq.api.caller import Caller
-    from tpuq.submitting import Pending, call, command, submit, submit_command, submit_many
     from tpuq.settings import Settings
     from tpuq.state.db import Database
+    from tpuq.submitting import Pending, call, command, submit, submit_command, submit_many
 
 R = TypeVar("R", bound=Reply)
 
@@ -60,9 +60,11 @@ class Client:
         if cfg.socket_deployment is None:
             # a login shell that names the host's agent but no database: that agent's queue
             # is meant, never a private one nobody serves
-            raise ClientError(Failure.UNAVAILABLE, f"no agent answers at {cfg.socket_path} "
-                              "(TPUQ_AGENT_SOCKET): is this host's agent running? "
-                              "(`systemctl status tpuq-agent`)")
+            from tpuq import announce
+
+            raise ClientError(Failure.UNAVAILABLE, announce.hint(cfg) or (
+                f"no agent answers at {cfg.socket_path} (TPUQ_AGENT_SOCKET): is this host's "
+                "agent running? (`systemctl status tpuq-agent`)"))
         self.via_agent = False
         return self._direct(req)
 

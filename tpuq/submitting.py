@@ -98,7 +98,21 @@ def submit_many(jobs: Iterable[Pending], *, settings: Settings | None = None,
     for batch in _batches(items):
         done = client.ask(batch, Submitted)
         out += [Job(i, cfg, warnings=list(done.warnings)) for i in done.tasks]
+    if cfg.embedded and client.via_agent is False:
+        _tell_of_other_agents(cfg)
     return out
+
+
+def _tell_of_other_agents(cfg: Settings) -> None:
+    """Queued into a database no agent serves while an agent of another TPUQ_HOME runs
+    here: a Python warning (once per place), naming that TPUQ_HOME."""
+    import warnings
+
+    from tpuq import announce
+
+    said = announce.hint(cfg)
+    if said:
+        warnings.warn(said, stacklevel=3)
 
 
 def _words(argv: Sequence[str] | str) -> list[str]:

@@ -58,7 +58,6 @@ from tpuq.protocol import (
 )
 from tpuq.settings import Settings
 from tpuq.spec import JobSpec, SpecError, check_update
-from tpuq.submitopts import Resubmission
 from tpuq.state import (
     admins,
     admission,
@@ -78,6 +77,7 @@ from tpuq.state import (
 )
 from tpuq.state.db import Database
 from tpuq.state.states import StopRequest
+from tpuq.submitopts import Resubmission
 
 log = logging.getLogger("tpuq.api")
 RESULT_CHUNK = 512 * 1024  # bytes of a function's outcome per reply (base64 stays < 1 MiB)
@@ -104,7 +104,8 @@ class Api:
         self._handlers: dict[type[Request], Callable[[Any, Caller], Reply]] = {
             WhoAmI: self.whoami, Submit: self.submit, ListJobs: self.list_jobs,
             ShowJob: self.show, ReadLog: self.read_log, Control: self.control,
-            SubmitMany: self.submit_many, Resubmit: self.resubmit, Drain: self.drain, ForgetHost: self.forget_host,
+            SubmitMany: self.submit_many, Resubmit: self.resubmit, Drain: self.drain,
+            ForgetHost: self.forget_host,
             QuotaReport: self.quota, History: self.history, Update: self.update,
             QuotaSet: self.quota_set, Membership: self.membership, AdminSet: self.admin_set,
             ReadResult: self.read_result, FleetReport: self.fleet,

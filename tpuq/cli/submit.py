@@ -15,8 +15,8 @@ import click
 from tpuq import arrays
 from tpuq.cli import context
 from tpuq.cli.args import JOB_ID
-from tpuq.cli.wait import cancel_on_interrupt_option
 from tpuq.cli.errors import UserError
+from tpuq.cli.wait import cancel_on_interrupt_option
 from tpuq.spec import JobSpec, SpecError
 from tpuq.submitopts import SubmitOptions, resolve
 
@@ -109,8 +109,8 @@ def submit(command: tuple[str, ...], name: str | None, chips: int | None, tpu_ty
            grace: str | None, time_limit: str | None, max_retries: int, no_requeue: bool,
            no_tcmalloc: bool, python: str | None, hold: bool, after: tuple[str, ...],
            after_any: tuple[str, ...], array_spec: str | None, args_file: Any,
-           notify: str | None, notify_to: tuple[str, ...], wait_end: bool, cancel_on_interrupt: bool, quiet: bool,
-           as_json: bool) -> None:
+           notify: str | None, notify_to: tuple[str, ...], wait_end: bool,
+           cancel_on_interrupt: bool, quiet: bool, as_json: bool) -> None:
     """Queue a job: a Python script or, after --, any command.
 
     \b
@@ -207,7 +207,11 @@ def _send(cfg: Settings, opts: SubmitOptions, spec: JobSpec,
                                      throttle=throttle), Submitted)
     notes = list(reply.warnings)
     if cfg.embedded and not context.client().via_agent:
-        notes.append("note: no agent is running on this VM; start one with `tpuq agent`")
+        from tpuq import announce
+
+        elsewhere = announce.hint(cfg)
+        notes.append(f"note: {elsewhere}" if elsewhere else
+                     "note: no agent is running on this VM; start one with `tpuq agent`")
     return reply.id, list(reply.tasks), notes
 
 

@@ -6,7 +6,7 @@ which change a user command means.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -14,9 +14,8 @@ from sqlalchemy import Row, Table, insert, select
 from sqlalchemy import update as update_
 from sqlalchemy.orm import Session
 
-from tpuq.spec import SPEC_FIELDS, JobSpec
-from tpuq.submitopts import Resubmission
 from tpuq import runfn
+from tpuq.spec import SPEC_FIELDS, JobSpec
 from tpuq.state import admission, functions, queries
 from tpuq.state.attempts import release_chips
 from tpuq.state.clock import db_now
@@ -24,6 +23,7 @@ from tpuq.state.db import rows_changed
 from tpuq.state.models import Job, JobEvent
 from tpuq.state.states import TERMINAL, JobState, StopRequest
 from tpuq.state.transitions import transition
+from tpuq.submitopts import Resubmission
 
 JOBS = cast(Table, Job.__table__)
 Q, H, A, R, P = (JobState.QUEUED, JobState.HELD, JobState.ASSIGNED, JobState.RUNNING,
