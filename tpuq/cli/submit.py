@@ -137,6 +137,18 @@ def submit(command: tuple[str, ...], name: str | None, chips: int | None, tpu_ty
         raise UserError(str(e)) from None
     array = _array(array_spec, args_file)
     job_id, tasks, notes = _send(cfg, opts, spec, array)
+    from tpuq.cli.wait import interruptible
+
+    # from here on the job is queued: Ctrl-C names it (and cancels it, if asked to)
+    with interruptible(tasks or [job_id], cancel=wait_end and cancel_on_interrupt,
+                       array=job_id if tasks else None):
+        _tell(job_id, tasks, notes, hold, quiet, as_json)
+        if wait_end:
+            _wait(tasks or [job_id], say=not quiet and not as_json)
+
+
+def _tell(job_id: int, tasks: list[int], notes: list[str], hold: bool, quiet: bool,
+          as_json: bool) -> None:
     state = "held" if hold else "queued"
     if as_json:
         context.echo_json({"id": job_id, "state": state, **({"tasks": tasks} if tasks else {})})
@@ -149,16 +161,14 @@ def submit(command: tuple[str, ...], name: str | None, chips: int | None, tpu_ty
         click.echo(f"submitted job {job_id}" + (" (held)" if hold else ""))
     for note in notes:  # on stderr, so even -q and --json show them
         click.echo(note, err=True)
-    if wait_end:
-        from tpuq.cli.wait import exit_status, interruptible, wait_for
 
-        every = tasks or [job_id]
-        with interruptible(every, cancel=cancel_on_interrupt,
-                           array=job_id if tasks else None):
-            ended = wait_for(every, say=not quiet and not as_json)
-        code = exit_status(ended, every)
-        if code:
-            raise SystemExit(code)
+
+def _wait(every: list[int], say: bool) -> None:
+    from tpuq.cli.wait import exit_status, wait_for
+
+    code = exit_status(wait_for(every, say=say), every)
+    if code:
+        raise SystemExit(code)
 
 
 def job_ids(values: tuple[str, ...], option: str) -> list[int]:
