@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from tpuq.settings import Settings
 
 
+Captured = tuple[dict[str, str], list[str]]
+
+
 @dataclass
 class SubmitOptions:
     """What `tpuq submit` takes besides the command; the same names as its options
@@ -74,16 +77,16 @@ class SubmitOptions:
 
     def spec(self, command: Sequence[str], cfg: Settings, *,
              environ: Mapping[str, str] | None = None, cwd: str | None = None,
-             default_name: str | None = None) -> JobSpec:
+             default_name: str | None = None, captured: Captured | None = None) -> JobSpec:
         """The validated spec of `command` (already resolved: see `resolve`) run with
-        these options, from this process's directory and environment."""
-        env = os.environ if environ is None else environ
+        these options, from this process's directory and environment (`captured`: what
+        `capture` gave for these options already)."""
+        env, dropped = captured or self.capture(os.environ if environ is None else environ)
         urls = [self.notify_to] if isinstance(self.notify_to, str) else list(self.notify_to)
         events, destinations = notify_asked(self.notify, urls, cfg)
         return JobSpec(
-            command=list(command), cwd=cwd or os.getcwd(),
-            env=jobenv.capture(env, tuple(self.env), self.export),
-            env_dropped=jobenv.dropped(env, tuple(self.env)),
+            command=list(command), cwd=cwd or os.getcwd(), env=dict(env),
+            env_dropped=list(dropped),
             owner=cfg.user_name, team=self.team or cfg.team,
             name=self.name if self.name is not None else default_name,
             priority=self.priority, chips=self.chips, tpu_type=self.tpu_type,
@@ -93,6 +96,12 @@ class SubmitOptions:
             max_retries=self.max_retries, requeue_on_preempt=self.requeue,
             tcmalloc=self.tcmalloc, notify=events, notify_to=destinations,
         ).validate()
+
+    def capture(self, environ: Mapping[str, str]) -> Captured:
+        """The job's environment from `environ` (--env, --export) and the TPU variables
+        it will not get."""
+        return (jobenv.capture(environ, tuple(self.env), self.export),
+                jobenv.dropped(environ, tuple(self.env)))
 
     def request(self, spec: JobSpec, *, function: str = "", array: Sequence[int] = (),
                 array_args: Sequence[Sequence[str]] = (),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from tpuq.client import ClientError, Job, shared_client
 from tpuq.protocol import MAX_MESSAGE, Failure, SubmitMany, Submitted
 from tpuq.spec import JobSpec, SpecError
-from tpuq.submitopts import SubmitOptions, resolve
+from tpuq.submitopts import Captured, SubmitOptions, resolve
 
 if TYPE_CHECKING:
     from tpuq.settings import Settings
@@ -90,7 +91,8 @@ def submit_many(jobs: Iterable[Pending], *, settings: Settings | None = None,
         common = SubmitOptions(**options)
     except TypeError as e:
         raise ClientError(Failure.REFUSED, f"unknown submit option: {e}") from None
-    items = [_item(p, common, cfg) for p in jobs]
+    envs: dict[tuple[tuple[str, ...], str], Captured] = {}  # one capture per kind
+    items = [_item(p, common, cfg, envs) for p in jobs]
     if not items:
         return []
     client = shared_client(cfg)
@@ -123,14 +125,18 @@ def _words(argv: Sequence[str] | str) -> list[str]:
     return [str(a) for a in argv]
 
 
-def _item(p: Pending, common: SubmitOptions, cfg: Settings) -> dict[str, Any]:
+def _item(p: Pending, common: SubmitOptions, cfg: Settings,
+          envs: dict[tuple[tuple[str, ...], str], Captured]) -> dict[str, Any]:
     """The request's entry for one job: its spec, how it waits, its pickled call."""
     try:
-        opts = common.merged(**p.options)
+        opts = common.merged(**p.options) if p.options else common
+        key = (tuple(opts.env), opts.export)
+        if key not in envs:
+            envs[key] = opts.capture(os.environ)
         if p.fn is not None:
-            spec = _function_spec(p.fn, opts, cfg)
+            spec = _function_spec(p.fn, opts, cfg, envs[key])
         else:
-            spec = opts.spec(resolve(p.argv, opts.python), cfg)
+            spec = opts.spec(resolve(p.argv, opts.python), cfg, captured=envs[key])
         entry = opts.request(spec).as_dict()
     except SpecError as e:
         raise ClientError(Failure.REFUSED, str(e)) from None
@@ -141,12 +147,13 @@ def _item(p: Pending, common: SubmitOptions, cfg: Settings) -> dict[str, Any]:
     return {k: entry[k] for k in ("spec", "held", "after", "after_any", "function")}
 
 
-def _function_spec(fn: Callable[..., Any], opts: SubmitOptions, cfg: Settings) -> JobSpec:
+def _function_spec(fn: Callable[..., Any], opts: SubmitOptions, cfg: Settings,
+                   captured: Captured) -> JobSpec:
     from tpuq import runfn
 
     python = opts.python or sys.executable
     name = getattr(fn, "__qualname__", None) or "function"
-    return opts.spec([python, "-m", runfn.MODULE], cfg, default_name=name)
+    return opts.spec([python, "-m", runfn.MODULE], cfg, default_name=name, captured=captured)
 
 
 def _pickled(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:

@@ -183,9 +183,9 @@ class Api:
                                                     open_team=self.settings.team)
             ids = jobs.submit_batch(s, [e.spec for e in batch], [e.held for e in batch],
                                     actor=caller.name)
+            functions.store_payloads(s, [(job_id, e.function) for job_id, e
+                                         in zip(ids, batch, strict=True) if e.function])
             for job_id, e in zip(ids, batch, strict=True):
-                if e.function:
-                    functions.store_payload(s, job_id, e.function)
                 if e.after or e.after_any:
                     deps.add(s, job_id, e.after, e.after_any)
             warnings = [w for ws in admitted.values() for w in ws]
