@@ -11,7 +11,6 @@ before any connection is made.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import re
@@ -247,7 +246,7 @@ def _env(value: Any) -> dict[str, str]:
     return dict(value)
 
 
-_ENV_NAMES = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_]{0,%d}\n)*\Z" % (MAX_ENV_NAME - 1))
+_ENV_NAMES = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_]{0,%s}\n)*\Z".replace("%s", str(MAX_ENV_NAME - 1)))
 
 
 def _env_fine(value: dict[Any, Any]) -> bool:
