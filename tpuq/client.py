@@ -13,7 +13,7 @@ Import-light: through the socket nothing heavier than the protocol module is loa
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tpuq import localclient, protocol
@@ -21,9 +21,9 @@ from tpuq.protocol import Failure, Refusal, Reply, Request
 
 if TYPE_CHECKING:
     from tpuq.api.caller import Caller
+    from tpuq.batch import Pending, call, command
     from tpuq.settings import Settings
     from tpuq.state.db import Database
-    from tpuq.submitting import Pending, call, command, submit, submit_command, submit_many
 
 R = TypeVar("R", bound=Reply)
 
@@ -327,16 +327,81 @@ class Job:
                 return b"".join(out).decode(errors="replace")
 
 
-# Submitting from Python lives in tpuq/submitting.py; its public names are this module's
-# too, loaded on first use so that a CLI command through the socket stays import-light.
-_SUBMITTING = ("Pending", "call", "command", "submit", "submit_command", "submit_many")
+# ---- queuing from Python ---------------------------------------------------------------------
+def submit(fn: Callable[..., Any], *args: Any, settings: Settings | None = None,
+           **kwargs: Any) -> Job:
+    """Queue `fn(*args, **kwargs)` as a job; its handle (`.result()`, `.wait()`, ...).
+
+    The call is cloudpickled here (a notebook's functions and lambdas included), run on a
+    host in a fresh interpreter (`python -m tpuq.runfn`, this interpreter's path by
+    default) with this process's cwd and environment (as `tpuq submit --export ALL`), and
+    its value or exception stored for `.result()` from any machine of the deployment.
+    Options are the submit command's (`chips=`, `time_limit=`, `hold=`, `after=`...); a
+    keyword argument of `fn` with an option's name goes through `functools.partial`.
+    ClientError (its `kind` and one-line message) for anything refused, as the CLI's exit
+    status says.
+    """
+    from tpuq.batch import call
+
+    return submit_many([call(fn, *args, **kwargs)], settings=settings)[0]
+
+
+def submit_command(argv: Sequence[str] | str, *, settings: Settings | None = None,
+                   **options: Any) -> Job:
+    """Queue a script or command as `tpuq submit` does, with its options as keywords:
+    `submit_command(["train.py", "--lr", "3e-4"], chips=4, time_limit="12h")`. A string
+    is split as a shell would (no expansion)."""
+    from tpuq.batch import command
+
+    return submit_many([command(argv, **options)], settings=settings)[0]
+
+
+def submit_many(jobs: Iterable[Pending], *, settings: Settings | None = None,
+                **options: Any) -> list[Job]:
+    """Queue many jobs at once (a sweep): each a `call(fn, ...)` or `command(argv)`,
+    with `options` for all of them (a job's own options win). All are checked before any
+    is sent; each request is one transaction, so a refusal queues none of its jobs."""
+    from tpuq import batch
+    from tpuq.protocol import Submitted
+    from tpuq.settings import load
+    from tpuq.spec import SpecError
+
+    cfg = settings or load()
+    try:
+        requests = batch.requests(jobs, cfg, options)
+    except SpecError as e:
+        raise ClientError(Failure.REFUSED, str(e)) from None
+    client = shared_client(cfg)
+    out: list[Job] = []
+    for req in requests:
+        done = client.ask(req, Submitted)
+        out += [Job(i, cfg, warnings=list(done.warnings)) for i in done.tasks]
+    if cfg.embedded and client.via_agent is False:
+        _tell_of_other_agents(cfg)
+    return out
+
+
+def _tell_of_other_agents(cfg: Settings) -> None:
+    """Queued into a database no agent serves while an agent of another TPUQ_HOME runs
+    here: a Python warning (once per place), naming that TPUQ_HOME."""
+    import warnings
+
+    from tpuq import announce
+
+    said = announce.hint(cfg)
+    if said:
+        warnings.warn(said, stacklevel=3)
+
+
+# the items of a batch: loaded on first use, so that a CLI command stays import-light
+_BATCH_NAMES = ("Pending", "call", "command")
 
 
 def __getattr__(name: str) -> Any:
-    if name in _SUBMITTING:
-        from tpuq import submitting
+    if name in _BATCH_NAMES:
+        from tpuq import batch
 
-        return getattr(submitting, name)
+        return getattr(batch, name)
     raise AttributeError(f"module 'tpuq.client' has no attribute {name!r}")
 
 

@@ -1,10 +1,10 @@
-"""Queuing jobs from Python: a function, a script or a command, one at a time or a
-whole sweep in one request (`tpuq.client.submit`, `submit_command`, `submit_many`).
+"""Jobs queued from Python, as requests: a function call or a command each, one or a
+whole sweep (`tpuq.client.submit`, `submit_command`, `submit_many` send them).
 
 The options are `tpuq submit`'s (tpuq/submitopts.py maps them to a spec, for the CLI
-too); every call returns the same `Job` handle. A batch goes as few requests as fit in
-a message (protocol.MAX_MESSAGE), each one transaction and one wake-up of the agents;
-what every job of a request shares (its directory, environment, options) is sent once.
+too). A batch goes as few requests as fit in a message (protocol.MAX_MESSAGE), each one
+transaction and one wake-up of the agents; what every job of a request shares (its
+directory, environment, options) is sent once.
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tpuq.client import ClientError, Job, shared_client
-from tpuq.protocol import MAX_MESSAGE, Failure, SubmitMany, Submitted
+from tpuq.protocol import MAX_MESSAGE, SubmitMany
 from tpuq.spec import JobSpec, SpecError
 from tpuq.submitopts import Captured, SubmitOptions, resolve
 
@@ -55,66 +54,17 @@ def command(argv: Sequence[str] | str, **options: Any) -> Pending:
     return Pending(argv=_words(argv), options=options)
 
 
-def submit(fn: Callable[..., Any], *args: Any, settings: Settings | None = None,
-           **kwargs: Any) -> Job:
-    """Queue `fn(*args, **kwargs)` as a job; its handle (`.result()`, `.wait()`, ...).
-
-    The call is cloudpickled here (a notebook's functions and lambdas included), run on a
-    host in a fresh interpreter (`python -m tpuq.runfn`, this interpreter's path by
-    default) with this process's cwd and environment (as `tpuq submit --export ALL`), and
-    its value or exception stored for `.result()` from any machine of the deployment.
-    Options are the submit command's (`chips=`, `time_limit=`, `hold=`, `after=`...); a
-    keyword argument of `fn` with an option's name goes through `functools.partial`.
-    ClientError (its `kind` and one-line message) for anything refused, as the CLI's exit
-    status says.
-    """
-    return submit_many([call(fn, *args, **kwargs)], settings=settings)[0]
-
-
-def submit_command(argv: Sequence[str] | str, *, settings: Settings | None = None,
-                   **options: Any) -> Job:
-    """Queue a script or command as `tpuq submit` does, with its options as keywords:
-    `submit_command(["train.py", "--lr", "3e-4"], chips=4, time_limit="12h")`. A string
-    is split as a shell would (no expansion)."""
-    return submit_many([command(argv, **options)], settings=settings)[0]
-
-
-def submit_many(jobs: Iterable[Pending], *, settings: Settings | None = None,
-                **options: Any) -> list[Job]:
-    """Queue many jobs at once (a sweep): each a `call(fn, ...)` or `command(argv)`,
-    with `options` for all of them (a job's own options win). All are checked before any
-    is sent; each request is one transaction, so a refusal queues none of its jobs."""
-    from tpuq.settings import load
-
-    cfg = settings or load()
+def requests(jobs: Iterable[Pending], cfg: Settings, options: dict[str, Any]
+             ) -> list[SubmitMany]:
+    """The requests that queue `jobs` (`options` for all of them, a job's own winning),
+    every job checked first; SpecError, in one line, for the first that cannot go."""
     try:
         common = SubmitOptions(**options)
     except TypeError as e:
-        raise ClientError(Failure.REFUSED, f"unknown submit option: {e}") from None
+        raise SpecError(f"unknown submit option: {e}") from None
     envs: dict[tuple[tuple[str, ...], str], Captured] = {}  # one capture per kind
     items = [_item(p, common, cfg, envs) for p in jobs]
-    if not items:
-        return []
-    client = shared_client(cfg)
-    out: list[Job] = []
-    for batch in _batches(items):
-        done = client.ask(batch, Submitted)
-        out += [Job(i, cfg, warnings=list(done.warnings)) for i in done.tasks]
-    if cfg.embedded and client.via_agent is False:
-        _tell_of_other_agents(cfg)
-    return out
-
-
-def _tell_of_other_agents(cfg: Settings) -> None:
-    """Queued into a database no agent serves while an agent of another TPUQ_HOME runs
-    here: a Python warning (once per place), naming that TPUQ_HOME."""
-    import warnings
-
-    from tpuq import announce
-
-    said = announce.hint(cfg)
-    if said:
-        warnings.warn(said, stacklevel=3)
+    return list(_batches(items))
 
 
 def _words(argv: Sequence[str] | str) -> list[str]:
@@ -138,10 +88,8 @@ def _item(p: Pending, common: SubmitOptions, cfg: Settings,
         else:
             spec = opts.spec(resolve(p.argv, opts.python), cfg, captured=envs[key])
         entry = opts.request(spec).as_dict()
-    except SpecError as e:
-        raise ClientError(Failure.REFUSED, str(e)) from None
     except TypeError as e:  # an option of the wrong kind, say chips="4"
-        raise ClientError(Failure.REFUSED, f"bad submit option: {e}") from None
+        raise SpecError(f"bad submit option: {e}") from None
     if p.fn is not None:
         entry["function"] = _pickled(p.fn, p.args, p.kwargs)
     return {k: entry[k] for k in ("spec", "held", "after", "after_any", "function")}
@@ -164,11 +112,10 @@ def _pickled(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, An
     try:
         data = cloudpickle.dumps((fn, args, kwargs))
     except Exception as e:  # noqa: BLE001 - whatever pickling raised, in one line
-        raise ClientError(Failure.REFUSED, f"the function or its arguments cannot be "
-                          f"pickled: {e}") from None
+        raise SpecError(f"the function or its arguments cannot be pickled: {e}") from None
     refused = runfn.too_big(data)
     if refused:
-        raise ClientError(Failure.REFUSED, refused)
+        raise SpecError(refused)
     return base64.b64encode(data).decode()
 
 
@@ -196,4 +143,4 @@ def _request(batch: list[dict[str, Any]]) -> SubmitMany:
     return SubmitMany(common=common, jobs=jobs)
 
 
-__all__ = ["Pending", "call", "command", "submit", "submit_command", "submit_many"]
+__all__ = ["Pending", "call", "command", "requests"]
