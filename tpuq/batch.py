@@ -58,10 +58,7 @@ def requests(jobs: Iterable[Pending], cfg: Settings, options: dict[str, Any]
              ) -> list[SubmitMany]:
     """The requests that queue `jobs` (`options` for all of them, a job's own winning),
     every job checked first; SpecError, in one line, for the first that cannot go."""
-    try:
-        common = SubmitOptions(**options)
-    except TypeError as e:
-        raise SpecError(f"unknown submit option: {e}") from None
+    common = SubmitOptions().merged(**options)
     envs: dict[tuple[tuple[str, ...], str], Captured] = {}  # one capture per kind
     items = [_item(p, common, cfg, envs) for p in jobs]
     return list(_batches(items))
