@@ -59,6 +59,9 @@ def test_settings_that_name_no_agent_are_told_which_home_the_vms_agent_serves(
         r = run(env, "submit", "--", "true")
         assert r.returncode == 1 and len(r.stderr.splitlines()) == 1
     assert f"TPUQ_HOME={stack.home}" in r.stderr and "an agent on this VM" in r.stderr
+    if stack.deployment == "embedded":  # type: ignore[attr-defined]
+        status = run(stack.env(TPUQ_HOME=str(elsewhere)), "status")
+        assert status.returncode == 0 and f"TPUQ_HOME={stack.home}" in status.stderr
 
     stack.agents[0].stop()  # its note goes with it
     assert list((tmp_path / "run").iterdir()) == []

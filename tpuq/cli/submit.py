@@ -217,10 +217,7 @@ def _send(cfg: Settings, opts: SubmitOptions, spec: JobSpec,
                                      throttle=throttle), Submitted)
     notes = list(reply.warnings)
     if cfg.embedded and not context.client().via_agent:
-        from tpuq import announce
-
-        elsewhere = announce.hint(cfg)
-        notes.append(f"note: {elsewhere}" if elsewhere else
+        notes.append(context.agent_elsewhere() or
                      "note: no agent is running on this VM; start one with `tpuq agent`")
     return reply.id, list(reply.tasks), notes
 
