@@ -100,6 +100,8 @@ class Stack:
             "TPUQ_HOME": str(self.home), "TPUQ_HEARTBEAT_S": "0.5", "TPUQ_POLL_S": "0.5",
             "TPUQ_LEASE_S": "3", "TPUQ_HOST_STALE_S": "5", "TPUQ_RETRY_BACKOFF_S": "0.2",
             "TPUQ_USER": "tester", "JAX_PLATFORMS": "cpu",
+            # agents' notes stay in the test's directory, never the machine's /run/tpuq
+            "TPUQ_ANNOUNCE_DIR": str(self.home.parent / "announce"),
         })
         env.update(self.extra)
         if host is not None:

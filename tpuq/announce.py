@@ -2,8 +2,9 @@
 a queue no agent serves without being told.
 
 Each agent writes a small world-readable JSON note into `announce_dir` (/run/tpuq unless
-configured; an admin creates it once, mode 1777 like /tmp, and an agent without the
-right to write there simply announces nothing) and removes it when it stops. A client
+configured; a root agent creates it, else an admin does once, mode 1777 like /tmp, and
+an agent without the right to write there simply announces nothing) and removes it when
+it stops. A client
 whose own settings name no running agent reads the notes and says which TPUQ_HOME the
 running agent serves. Anyone may write in a sticky shared directory, so a note is
 hostile input: it is read small, checked field by field, shown with the account that
@@ -41,6 +42,12 @@ def publish(settings: Settings) -> Path | None:
     if not settings.announce_dir:
         return None
     path = note_path(settings)
+    if os.geteuid() == 0 and not path.parent.exists():
+        try:  # a root agent (a team VM's) makes it, as /tmp is: anyone's agent may note
+            path.parent.mkdir(parents=True)
+            os.chmod(path.parent, 0o1777)
+        except OSError:
+            return None
     note = {"home": settings.home, "socket": os.path.realpath(settings.socket_path),
             "deployment": settings.deployment, "host": settings.host, "pid": os.getpid()}
     tmp = path.with_name(f".{path.name}.{os.getpid()}")

@@ -74,6 +74,19 @@ def test_a_link_or_a_control_character_cannot_mislead(tmp_path, served):
     assert said is not None and "\x1b" not in said and "/srv/q?[2J" in said
 
 
-def test_no_directory_no_note(tmp_path):
+def test_a_root_agent_makes_the_directory_as_tmp_is_made(tmp_path):
+    """Sticky and world-writable, so anyone's agent may leave a note and nobody may
+    remove another's; any other account announces nothing without it."""
     cfg = settings(tmp_path, "shared")
+    path = announce.publish(cfg)
+    if os.geteuid() == 0:
+        assert path is not None and oct(path.parent.stat().st_mode & 0o7777) == "0o1777"
+    else:
+        assert path is None and not (tmp_path / "run").exists()
+
+
+def test_no_directory_setting_no_note(tmp_path):
+    (tmp_path / "etc.toml").write_text('announce_dir = ""\n')
+    cfg = load({"TPUQ_HOME": str(tmp_path), "TPUQ_SYSTEM_CONFIG": str(tmp_path / "etc.toml")})
+    assert cfg.announce_dir == ""
     assert announce.publish(cfg) is None and announce.others(cfg) == []
