@@ -60,6 +60,7 @@ def clean_environ(home: str) -> dict[str, str]:
         "TPUQ_LIBTPU_LOCKFILE": os.path.join(home, "libtpu_lockfile"),
         "TPUQ_TPU_LOGS_DIR": os.path.join(home, "tpu_logs"),
         "TPUQ_HOST": "bench-host",
+        "TPUQ_ANNOUNCE_DIR": os.path.join(home, "announce"),  # not the machine's /run/tpuq
     })
     return env
 

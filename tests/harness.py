@@ -103,6 +103,8 @@ class Stack:
             # tables wide enough for whole reasons: they quote temporary paths, which are
             # longer under pytest-xdist (popen-gwN); tests/cli checks the cut at 80 columns
             "COLUMNS": "400",
+            # agents' notes stay in the test's directory, never the machine's /run/tpuq
+            "TPUQ_ANNOUNCE_DIR": str(self.home.parent / "announce"),
         })
         env.update(self.extra)
         if host is not None:

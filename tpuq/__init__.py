@@ -9,7 +9,8 @@ tests/unit/test_layers.py):
 - `cli/`        the `tpuq` command: thin Click commands over the client
 - `pod/`        a pod slice's plumbing over SSH from host 0 (Fabric): run, clean, setup
 - `client.py`   asks tpuq: through the host's agent, else the database directly; the
-                 Python API (submit(fn), Job: wait, result, logs, cancel)
+                 Python API (submit(fn), submit_command, submit_many, Job: wait, result,
+                 logs, cancel)
 - `runfn.py`    what a function job's process runs: the pickled call in, its outcome out
 - `agent/`      the per-host daemon: runs jobs as the only owner of their chips
 - `api/`        what a caller may ask, authorized: the same handlers for both ways in
@@ -22,6 +23,9 @@ Leaf modules, stdlib only, used by every layer:
 
 - `settings.py`    every setting and its environment variable, in one place
 - `spec.py`        what a person submits, and its validation
+- `submitopts.py`  submit options, and the one mapping from them to a spec
+- `batch.py`       jobs queued from Python (a call or a command each) as requests
+- `announce.py`    agents' notes of the home they serve, for others on the VM
 - `arrays.py`      job arrays: the `--array` syntax, one spec per task, `ID_N` refs
 - `begin.py`       `--begin` times as SLURM reads them (22:00, +2h, ISO dates)
 - `directives.py`  `#TPUQ` lines at the top of a script: submit options

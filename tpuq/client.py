@@ -13,7 +13,7 @@ Import-light: through the socket nothing heavier than the protocol module is loa
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tpuq import localclient, protocol
@@ -21,6 +21,7 @@ from tpuq.protocol import Failure, Refusal, Reply, Request
 
 if TYPE_CHECKING:
     from tpuq.api.caller import Caller
+    from tpuq.batch import Pending, call, command
     from tpuq.settings import Settings
     from tpuq.state.db import Database
 
@@ -65,9 +66,11 @@ class Client:
         if cfg.socket_deployment is None:
             # a login shell that names the host's agent but no database: that agent's queue
             # is meant, never a private one nobody serves
-            raise ClientError(Failure.UNAVAILABLE, f"no agent answers at {cfg.socket_path} "
-                              "(TPUQ_AGENT_SOCKET): is this host's agent running? "
-                              "(`systemctl status tpuq-agent`)")
+            from tpuq import announce
+
+            raise ClientError(Failure.UNAVAILABLE, announce.hint(cfg) or (
+                f"no agent answers at {cfg.socket_path} (TPUQ_AGENT_SOCKET): is this host's "
+                "agent running? (`systemctl status tpuq-agent`)"))
         self.via_agent = False
         return self._direct(req)
 
@@ -144,6 +147,29 @@ class Client:
 
 
 # ---- the Python API: functions and jobs from a notebook or a sweep driver ----------------------
+_SHARED: dict[Settings, Client] = {}
+
+
+def shared_client(settings: Settings) -> Client:
+    """One client per settings for this process's Python API calls: a sweep driver's
+    thousand submits and a Job's polling reuse one database connection (without an
+    agent) instead of opening the database for each."""
+    client = _SHARED.get(settings)
+    if client is None:
+        if not _SHARED:
+            import atexit
+
+            atexit.register(_close_shared)
+        client = _SHARED[settings] = Client(settings)
+    return client
+
+
+def _close_shared() -> None:
+    for client in _SHARED.values():
+        client.close()
+    _SHARED.clear()
+
+
 TERMINAL = ("succeeded", "failed", "cancelled", "timeout")
 FIRST_POLL_S, MAX_POLL_S = 0.2, 2.0  # asking again: quickly at first, then every 2 s
 
@@ -187,65 +213,6 @@ class JobError(Exception):
         self.state = state
 
 
-def submit(fn: Callable[..., Any], *args: Any, chips: int | None = None,
-           tpu_type: str | None = None, name: str | None = None, team: str | None = None,
-           priority: int = 0, time_limit: str | float | None = None, max_retries: int = 0,
-           after: Sequence[int] = (), after_any: Sequence[int] = (), hold: bool = False,
-           notify: str | None = None, notify_to: str | Sequence[str] | None = None,
-           python: str | None = None, settings: Settings | None = None,
-           **kwargs: Any) -> Job:
-    """Queue `fn(*args, **kwargs)` as a job; its handle (`.result()`, `.wait()`, ...).
-
-    The call is cloudpickled here (a notebook's functions and lambdas included), run on a
-    host in a fresh interpreter (`python -m tpuq.runfn`, this interpreter's path by
-    default) with this process's cwd and environment (as `tpuq submit --export ALL`), and
-    its value or exception stored for `.result()` from any machine of the deployment.
-    Options are the submit command's; a keyword argument of `fn` with an option's name
-    goes through `functools.partial`. ClientError (its `kind` and one-line message) for
-    anything refused, as the CLI's exit status says.
-    """
-    import base64
-    import sys
-
-    import cloudpickle
-
-    from tpuq import jobenv, runfn
-    from tpuq.protocol import Submit, Submitted
-    from tpuq.settings import load
-    from tpuq.spec import JobSpec, SpecError, notify_asked, parse_duration
-
-    cfg = settings or load()
-    urls = [notify_to] if isinstance(notify_to, str) else list(notify_to or [])
-    events, destinations = notify_asked(notify, urls, cfg)
-    try:
-        limit = parse_duration(time_limit) if isinstance(time_limit, str) else time_limit
-        spec = JobSpec(
-            command=[python or sys.executable, "-m", runfn.MODULE], cwd=os.getcwd(),
-            env=jobenv.capture(os.environ, ()), env_dropped=jobenv.dropped(os.environ),
-            owner=cfg.user_name, team=team or cfg.team,
-            name=name or getattr(fn, "__qualname__", None) or "function", priority=priority,
-            chips=chips, tpu_type=tpu_type, grace_s=cfg.default_grace_s, time_limit_s=limit,
-            max_retries=max_retries, notify=events, notify_to=destinations).validate()
-    except SpecError as e:
-        raise ClientError(Failure.REFUSED, str(e)) from None
-    try:
-        call = cloudpickle.dumps((fn, args, kwargs))
-    except Exception as e:  # noqa: BLE001 - whatever pickling raised, in one line
-        raise ClientError(Failure.REFUSED, f"the function or its arguments cannot be "
-                          f"pickled: {e}") from None
-    refused = runfn.too_big(call)
-    if refused:
-        raise ClientError(Failure.REFUSED, refused)
-    client = Client(cfg)
-    try:
-        done = client.ask(Submit(spec=spec.to_dict(), held=hold, after=list(after),
-                                 after_any=list(after_any),
-                                 function=base64.b64encode(call).decode()), Submitted)
-    finally:
-        client.close()
-    return Job(done.id, cfg, warnings=list(done.warnings))
-
-
 class Job:
     """A job by its id: its state, waiting for its end, its result (function jobs), its
     output, cancelling it. `tpuq.client.Job(12)` works for any job."""
@@ -262,11 +229,7 @@ class Job:
         return f"tpuq.client.Job({self.id})"
 
     def _ask(self, req: Request, expect: type[R]) -> R:
-        client = Client(self.settings)
-        try:
-            return client.ask(req, expect)
-        finally:
-            client.close()
+        return shared_client(self.settings).ask(req, expect)
 
     def info(self) -> dict[str, Any]:
         """The job object of `tpuq show --json` (the README's JSON contract)."""
@@ -368,3 +331,85 @@ class Job:
             out += [base64.b64decode(p["data"]) for p in chunk.pieces]
             if not chunk.pieces:
                 return b"".join(out).decode(errors="replace")
+
+
+# ---- queuing from Python ---------------------------------------------------------------------
+def submit(fn: Callable[..., Any], *args: Any, settings: Settings | None = None,
+           **kwargs: Any) -> Job:
+    """Queue `fn(*args, **kwargs)` as a job; its handle (`.result()`, `.wait()`, ...).
+
+    The call is cloudpickled here (a notebook's functions and lambdas included), run on a
+    host in a fresh interpreter (`python -m tpuq.runfn`, this interpreter's path by
+    default) with this process's cwd and environment (as `tpuq submit --export ALL`), and
+    its value or exception stored for `.result()` from any machine of the deployment.
+    Options are the submit command's (`chips=`, `time_limit=`, `hold=`, `after=`...); a
+    keyword argument of `fn` with an option's name goes through `functools.partial`.
+    ClientError (its `kind` and one-line message) for anything refused, as the CLI's exit
+    status says.
+    """
+    from tpuq.batch import call
+
+    return submit_many([call(fn, *args, **kwargs)], settings=settings)[0]
+
+
+def submit_command(argv: Sequence[str] | str, *, settings: Settings | None = None,
+                   **options: Any) -> Job:
+    """Queue a script or command as `tpuq submit` does, with its options as keywords:
+    `submit_command(["train.py", "--lr", "3e-4"], chips=4, time_limit="12h")`. A string
+    is split as a shell would (no expansion)."""
+    from tpuq.batch import command
+
+    return submit_many([command(argv, **options)], settings=settings)[0]
+
+
+def submit_many(jobs: Iterable[Pending], *, settings: Settings | None = None,
+                **options: Any) -> list[Job]:
+    """Queue many jobs at once (a sweep): each a `call(fn, ...)` or `command(argv)`,
+    with `options` for all of them (a job's own options win). All are checked before any
+    is sent; each request is one transaction, so a refusal queues none of its jobs."""
+    from tpuq import batch
+    from tpuq.protocol import Submitted
+    from tpuq.settings import load
+    from tpuq.spec import SpecError
+
+    cfg = settings or load()
+    try:
+        requests = batch.requests(jobs, cfg, options)
+    except SpecError as e:
+        raise ClientError(Failure.REFUSED, str(e)) from None
+    client = shared_client(cfg)
+    out: list[Job] = []
+    for req in requests:
+        done = client.ask(req, Submitted)
+        out += [Job(i, cfg, warnings=list(done.warnings)) for i in done.tasks]
+    if cfg.embedded and client.via_agent is False:
+        _tell_of_other_agents(cfg)
+    return out
+
+
+def _tell_of_other_agents(cfg: Settings) -> None:
+    """Queued into a database no agent serves while an agent of another TPUQ_HOME runs
+    here: a Python warning (once per place), naming that TPUQ_HOME."""
+    import warnings
+
+    from tpuq import announce
+
+    said = announce.hint(cfg)
+    if said:
+        warnings.warn(said, stacklevel=3)
+
+
+# the items of a batch: loaded on first use, so that a CLI command stays import-light
+_BATCH_NAMES = ("Pending", "call", "command")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _BATCH_NAMES:
+        from tpuq import batch
+
+        return getattr(batch, name)
+    raise AttributeError(f"module 'tpuq.client' has no attribute {name!r}")
+
+
+__all__ = ["Client", "ClientError", "Job", "JobError", "Pending", "call", "command", "submit",
+           "submit_command", "submit_many", "wait_ended"]

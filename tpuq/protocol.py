@@ -157,6 +157,17 @@ class Submit(Request):
     function: str = ""
 
 
+class SubmitMany(Request):
+    """Queue many jobs in one transaction (`tpuq.client.submit_many`). Each of `jobs` is
+    {"spec": its fields, "held", "after", "after_any", "function"} as in Submit; `common`
+    holds the spec fields every job shares, sent once. Submitted.tasks: their ids."""
+
+    OP: ClassVar[str] = "submit_many"
+    MUTATES: ClassVar[bool] = True
+    common: dict[str, Any] = {}
+    jobs: list[dict[str, Any]] = []
+
+
 class ListJobs(Request):
     """Jobs (open ones and the `recent` newest ended, or all) and hosts, for `status`."""
 
@@ -338,7 +349,7 @@ class AttachTerminal(Request):
 
 
 REQUESTS: dict[str, type[Request]] = {cls.OP: cls for cls in (
-    Ping, Wake, WhoAmI, Submit, ListJobs, ShowJob, ReadLog, Control, Resubmit, Drain,
+    Ping, Wake, WhoAmI, Submit, SubmitMany, ListJobs, ShowJob, ReadLog, Control, Resubmit, Drain,
     ForgetHost, History, Update, QuotaReport, QuotaSet, Membership, AdminSet, CleanTpu,
     ReadResult, FleetReport, AttachTerminal)}
 

@@ -1,4 +1,5 @@
-"""One settings object, built from defaults < config file < environment.
+"""One settings object, built from defaults < the system's config file < the user's
+config file < environment.
 
 Every environment variable tpuq reads is named in ENV below and nowhere else, so the
 README's configuration table and the code cannot drift apart. Import-light: the CLI's
@@ -91,8 +92,12 @@ ENV: dict[str, str] = {
     "checkpoint_wait_s": "TPUQ_CHECKPOINT_WAIT_S",
     "gang_stop_s": "TPUQ_GANG_STOP_S",
     "handover_s": "TPUQ_HANDOVER_S",
+    "announce_dir": "TPUQ_ANNOUNCE_DIR",
 }
 CONFIG_ENV = "TPUQ_CONFIG"
+# the VM's own settings, an admin's (TPUQ_HOME once for everyone): read before the user's
+SYSTEM_CONFIG_ENV = "TPUQ_SYSTEM_CONFIG"
+SYSTEM_CONFIG = "/etc/tpuq/config.toml"
 # settings that take one of a few words
 CHOICES: dict[str, tuple[str, ...]] = {"run_as": ("agent", "owner")}
 
@@ -231,6 +236,10 @@ class Settings:
     gang_stop_s: float = 5.0
     # a hand-over (SIGUSR2): running jobs wait this long for a new agent to adopt them
     handover_s: float = 300.0
+    # where each agent leaves a small world-readable note of the TPUQ_HOME it serves, so
+    # that a user whose settings name no running agent is told which one runs on the VM
+    # (tpuq/announce.py); an admin makes it once, world-writable and sticky as /tmp
+    announce_dir: str = "/run/tpuq"
 
     # ---- derived -------------------------------------------------------------------
     @property
@@ -284,6 +293,19 @@ class Settings:
     def chip_lock_dir(self) -> str:
         return self.lock_dir or os.path.join(self.home, "locks")
 
+    def in_effect(self) -> dict[str, str]:
+        """The settings whose empty value stands for one derived from others, with the
+        value in effect (`tpuq config` shows these, not an empty value)."""
+        return {
+            "database_url": f"{self.db_url} (embedded)",
+            "broker_url": "(embedded: none)",
+            "lock_dir": self.chip_lock_dir,
+            "agent_socket": self.socket_path,
+            "user": self.user_name,
+            "checkpoint_root": f"{self.checkpoints_dir} (on each host)",
+            "tpu_type": "(detected by the agent)",
+        }
+
     @property
     def user_name(self) -> str:
         if self.user:
@@ -317,11 +339,16 @@ def _coerce(name: str, raw: Any, source: str) -> Any:
     return str(raw)
 
 
-def _config_file(environ: dict[str, str]) -> Path:
+def system_config_file(environ: dict[str, str]) -> Path:
+    return Path(environ.get(SYSTEM_CONFIG_ENV) or SYSTEM_CONFIG)
+
+
+def user_config_file(environ: dict[str, str], home: str | None = None) -> Path:
+    """TPUQ_CONFIG, else config.toml in TPUQ_HOME (the environment's, else `home`, the
+    system file's, else the default)."""
     if environ.get(CONFIG_ENV):
         return Path(environ[CONFIG_ENV])
-    home = environ.get(ENV["home"]) or _default_home()
-    return Path(home) / "config.toml"
+    return Path(environ.get(ENV["home"]) or home or _default_home()) / "config.toml"
 
 
 def toml_reader() -> Any:
@@ -343,30 +370,21 @@ def load(environ: dict[str, str] | None = None) -> Settings:
 
 def load_with_sources(environ: dict[str, str] | None = None
                       ) -> tuple[Settings, dict[str, str]]:
-    """The settings and, for each, where its value came from: "default", the config
-    file's path, or the environment variable's name (`tpuq config`)."""
+    """The settings and, for each, where its value came from: "default", a config
+    file's path (the system's, then the user's), or the environment variable's name
+    (`tpuq config`)."""
     env = dict(os.environ if environ is None else environ)
     values: dict[str, Any] = {}
     sources = dict.fromkeys(ENV, "default")
-    path = _config_file(env)
-    try:
-        present = path.is_file()
-    except OSError as e:  # e.g. a HOME of another user's (sudo -u keeps HOME)
-        raise SettingsError(f"cannot read config file {path}: {e.strerror} "
-                            f"(set {ENV['home']} or {CONFIG_ENV})") from None
-    if present:
-        toml = toml_reader()
-        try:
-            data = toml.loads(path.read_text(encoding="utf-8"))
-        except UnicodeDecodeError:
-            raise SettingsError(f"cannot read config file {path}: it is not UTF-8 text") from None
-        except (OSError, toml.TOMLDecodeError) as e:
-            raise SettingsError(f"cannot read config file {path}: {e}") from None
-        for key, raw in data.items():
-            if key not in ENV:
-                raise SettingsError(f"{path}: unknown setting {key!r}")
-            values[key] = _coerce(key, raw, str(path))
-            sources[key] = str(path)
+    system = system_config_file(env)
+    for key, raw in _read_config(system).items():
+        values[key] = _coerce(key, raw, str(system))
+        sources[key] = str(system)
+    user = user_config_file(env, values.get("home"))
+    if user != system:
+        for key, raw in _read_config(user).items():
+            values[key] = _coerce(key, raw, str(user))
+            sources[key] = str(user)
     for name, var in ENV.items():
         if env.get(var):
             values[name] = _coerce(name, env[var], var)
@@ -376,6 +394,38 @@ def load_with_sources(environ: dict[str, str] | None = None
     if problem:
         raise SettingsError(problem)
     return settings, sources
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    """A config file's settings ({} when there is none). The file is hostile input: any
+    fault in it is one line naming it."""
+    try:
+        present = path.is_file()
+    except OSError as e:  # e.g. a HOME of another user's (sudo -u keeps HOME)
+        raise SettingsError(f"cannot read config file {path}: {e.strerror} "
+                            f"(set {ENV['home']} or {CONFIG_ENV})") from None
+    if not present:
+        return {}
+    toml = toml_reader()
+    try:
+        data: dict[str, Any] = toml.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise SettingsError(f"cannot read config file {path}: it is not UTF-8 text") from None
+    except (OSError, toml.TOMLDecodeError) as e:
+        raise SettingsError(f"cannot read config file {path}: {e}") from None
+    for key, raw in data.items():
+        if key not in ENV:
+            import difflib
+
+            close = difflib.get_close_matches(key, list(ENV), n=1, cutoff=0.7)
+            hint = f" (did you mean {close[0]!r}?)" if close else \
+                " (`tpuq config` lists the settings)"
+            raise SettingsError(f"{path}: unknown setting {key!r}{hint}")
+        if isinstance(raw, dict) or isinstance(raw, bool) or (
+                isinstance(raw, list) and key not in ("notify_to", "notify_allow")):
+            raise SettingsError(f"{path}: {key} must be text or a number, got "
+                                f"{type(raw).__name__} {raw!r}"[:300])
+    return data
 
 
 def check(s: Settings) -> str | None:

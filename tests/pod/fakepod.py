@@ -105,6 +105,7 @@ class FakePod:
             "TPUQ_SHIM_STATE": str(w.root / "shim-state"), "TPUQ_TEST_WORKER": str(w.index),
             "TPUQ_VENV_PYTHON": str(SHIMS / "python3-for-venv"),
             "TPUQ_METADATA_URL": w.metadata.url, "TPUQ_HOME": str(w.root / "h"),
+            "TPUQ_ANNOUNCE_DIR": str(w.root / "announce"),
             **{k: v for k, v in w.host.env().items() if k != "TPUQ_HOST"},
         }
         config = w.root / "sshd_config"

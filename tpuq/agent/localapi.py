@@ -28,6 +28,7 @@ from tpuq.protocol import (
     Reply,
     Request,
     Submit,
+    SubmitMany,
     TpuCleaned,
     Wake,
 )
@@ -71,7 +72,7 @@ class LocalApi:
         reply = self.api.handle(req, self.caller(uid, req.as_user))
         if req.MUTATES and not isinstance(reply, Refusal):
             # a new job only concerns the scheduler; anything else may concern any host
-            self.on_submit() if isinstance(req, Submit) else self.on_change()
+            self.on_submit() if isinstance(req, (Submit, SubmitMany)) else self.on_change()
         return reply
 
     def attach(self, req: Request, uid: int, fds: list[int]) -> Reply:

@@ -14,9 +14,10 @@ import os
 import signal
 import threading
 import uuid
+from pathlib import Path
 from typing import Any
 
-from tpuq import checkpoints, jobenv, localclient
+from tpuq import announce, checkpoints, jobenv, localclient
 from tpuq.agent import devices, handover, identity, libtpu, pidlock, recovery, topology
 from tpuq.agent.errors import AgentError, HostUnfit
 from tpuq.agent.executor import Executor
@@ -162,6 +163,7 @@ class Agent:
         self.lead_ticker = Ticker("leader", settings.leader_lease_s / 3,
                                   self.scheduler.keep_lease)
         self.sock: LocalSocketServer | None = None
+        self.announced: Path | None = None  # this agent's note (announce.py)
         self.api = LocalApi(settings, db, on_submit=self.wake_scheduler, on_change=self.announce,
                             free_tpu=lambda: self.executor.free_tpu().as_dict(),
                             terminals=self.executor.terminals)
@@ -314,6 +316,9 @@ class Agent:
         self.sock = LocalSocketServer(
             path, self.api.handle, self.api.attach, connections=self.settings.agent_connections,
             per_user=self.settings.agent_connections_per_user).start()
+        self.announced = announce.publish(self.settings)
+        if self.announced is None:
+            log.debug("not announced: %s is not writable", self.settings.announce_dir)
 
     def _reap(self) -> None:
         if self.scheduler.reap():
@@ -484,6 +489,7 @@ class Agent:
             self.waker.stop()  # what it was asked to send goes out first
         self.executor.keepers.stop()  # the server only: keepers outlive it
         if self.sock is not None:
+            announce.withdraw(self.announced)
             self.sock.close()
         self.db.dispose()
         log.info("agent stopped")

@@ -13,6 +13,7 @@ import binascii
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from tpuq import arrays, runfn
@@ -47,6 +48,7 @@ from tpuq.protocol import (
     Rows,
     ShowJob,
     Submit,
+    SubmitMany,
     Submitted,
     Update,
     WhoAmI,
@@ -72,6 +74,7 @@ from tpuq.state import (
 )
 from tpuq.state.db import Database
 from tpuq.state.states import StopRequest
+from tpuq.submitopts import Resubmission
 
 log = logging.getLogger("tpuq.api")
 RESULT_CHUNK = 512 * 1024  # bytes of a function's outcome per reply (base64 stays < 1 MiB)
@@ -94,7 +97,8 @@ class Api:
         self._handlers: dict[type[Request], Callable[[Any, Caller], Reply]] = {
             WhoAmI: self.whoami, Submit: self.submit, ListJobs: self.list_jobs,
             ShowJob: self.show, ReadLog: self.read_log, Control: self.control,
-            Resubmit: self.resubmit, Drain: self.drain, ForgetHost: self.forget_host,
+            SubmitMany: self.submit_many, Resubmit: self.resubmit, Drain: self.drain,
+            ForgetHost: self.forget_host,
             QuotaReport: self.quota, History: self.history, Update: self.update,
             QuotaSet: self.quota_set, Membership: self.membership, AdminSet: self.admin_set,
             ReadResult: self.read_result, FleetReport: self.fleet,
@@ -149,12 +153,39 @@ class Api:
             else:
                 tasks = [jobs.submit(s, spec, actor=caller.name, held=req.held)]
             if req.function:
-                functions.store_payload(s, tasks[0], _function_payload(req, spec))
+                functions.store_payload(s, tasks[0], _function_payload(
+                    req.function, spec, array=bool(req.array)))
             deps.add(s, tasks, deps.resolve(s, req.after, req.after_tasks),
                      deps.resolve(s, req.after_any, req.after_any_tasks, "--after-any"))
             warnings += [f"warning: {views.budget_object(r)['says']}"
                          for r in logusage.over_budget(s, caller.name)]
         return Submitted(id=tasks[0], tasks=tasks if req.array else [], warnings=warnings)
+
+    def submit_many(self, req: SubmitMany, caller: Caller) -> Reply:
+        batch = [_batch_entry(req.common, job, caller.name) for job in req.jobs]
+        if not batch:
+            raise SpecError("no jobs to submit")
+        for urls in {e.spec.notify_to for e in batch}:
+            self.check_destinations(urls)
+        admitted: dict[tuple[Any, ...], list[str]] = {}
+        with self.db.write() as s:
+            for e in batch:  # what admission looks at, once per kind of job
+                key = (e.spec.team, e.spec.tpu_type, e.spec.chips)
+                if key not in admitted:
+                    admitted[key] = admission.admit(s, e.spec, admin=caller.admin,
+                                                    open_team=self.settings.team)
+            ids = jobs.submit_batch(s, [e.spec for e in batch], [e.held for e in batch],
+                                    actor=caller.name)
+            functions.store_payloads(s, [(job_id, e.function) for job_id, e
+                                         in zip(ids, batch, strict=True) if e.function])
+            for job_id, e in zip(ids, batch, strict=True):
+                if e.after or e.after_any:  # an array's id: every task of it
+                    deps.add(s, [job_id], deps.resolve(s, e.after, []),
+                             deps.resolve(s, e.after_any, [], "after_any"))
+            warnings = [w for ws in admitted.values() for w in ws]
+            warnings += [f"warning: {views.budget_object(r)['says']}"
+                         for r in logusage.over_budget(s, caller.name)]
+        return Submitted(id=ids[0], tasks=ids, warnings=list(dict.fromkeys(warnings)))
 
     def read_result(self, req: ReadResult, caller: Caller) -> Reply:
         with self.db.read() as s:
@@ -276,8 +307,8 @@ class Api:
             if req.dry_run or not ids:
                 return Done(message="nothing to resubmit" if not ids else
                             "would resubmit jobs " + " ".join(map(str, ids)))
-            results = jobs.resubmit(s, ids, caller.name, req.env,
-                                    notify=(req.notify, req.notify_to))
+            results = jobs.resubmit(s, ids, caller.name, Resubmission(
+                env=dict(req.env), notify=req.notify, notify_to=req.notify_to))
         return Results(results=[_result(r) for r in results])
 
     # ---- hosts, quotas, admins (admins only) ---------------------------------------------------
@@ -376,9 +407,52 @@ def _result(r: jobs.Result, kind: Failure | None = None) -> dict[str, Any]:
             "kind": None if kind is None else kind.value}
 
 
-def _function_payload(req: Submit, spec: JobSpec) -> bytes:
+BATCH_KEYS = frozenset({"spec", "held", "after", "after_any", "function"})
+
+
+@dataclass
+class _Entry:
+    spec: JobSpec
+    held: bool
+    after: list[int]
+    after_any: list[int]
+    function: bytes | None
+
+
+def _batch_entry(common: dict[str, Any], job: dict[str, Any], owner: str) -> _Entry:
+    """One job of a SubmitMany, checked as a Submit's fields are (protocol.py): its
+    entry is a dict of anything until here."""
+    unknown = set(job) - BATCH_KEYS
+    if unknown:
+        raise SpecError(f"unknown fields of a batch job: {', '.join(sorted(unknown)[:5])}")
+    fields = job.get("spec", {})
+    held, function = job.get("held", False), job.get("function", "")
+    if not isinstance(fields, dict) or not isinstance(held, bool) \
+            or not isinstance(function, str):
+        raise SpecError("a batch job is {spec: object, held: bool, function: text, ...}")
+    after = [_job_id(i, "after") for i in _listed(job.get("after", []), "after")]
+    after_any = [_job_id(i, "after_any") for i in _listed(job.get("after_any", []),
+                                                              "after_any")]
+    spec = JobSpec.from_dict({**common, **fields, "owner": owner})
+    payload = _function_payload(function, spec, array=False) if function else None
+    return _Entry(spec, held, after, after_any, payload)
+
+
+def _listed(value: Any, what: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise SpecError(f"{what} must be a list of job ids")
+    return value
+
+
+def _job_id(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**63:
+        raise SpecError(f"{what}: job ids are positive integers")
+    return value
+
+
+def _function_payload(function: str, spec: JobSpec, *, array: bool) -> bytes:
     """A function job's pickled call, checked: SpecError for what cannot run."""
-    if req.array:
+    if array:
         raise SpecError("a function job is one call: submit one per argument set")
     if spec.workers is not None:
         raise SpecError(f"a function job runs on one host; a {spec.tpu_type} job runs a "
@@ -386,7 +460,7 @@ def _function_payload(req: Submit, spec: JobSpec) -> bytes:
     if not runfn.is_function_command(spec.command):
         raise SpecError("a function job's command is [python, '-m', 'tpuq.runfn']")
     try:
-        payload = base64.b64decode(req.function, validate=True)
+        payload = base64.b64decode(function, validate=True)
     except (binascii.Error, ValueError):
         raise SpecError("the function is not base64") from None
     refused = runfn.too_big(payload)

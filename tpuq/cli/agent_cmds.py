@@ -154,29 +154,60 @@ def _refuse_downgrade(database: Any, revision: str, stale_s: float, force: bool)
 @click.command()
 @context.json_option
 def config(as_json: bool) -> None:
-    """Show each setting's value in effect, where it came from (default, the config file,
-    an environment variable) and the variable that sets it. Passwords are masked."""
-    import dataclasses
+    """Show each setting's value in effect, where it came from (default, the system's
+    config file, the user's, an environment variable) and the variable that sets it; a
+    path left empty shows the one derived from TPUQ_HOME. Then the files tpuq reads and
+    the agents running on this VM. Passwords are masked."""
+    import os
 
+    from tpuq import announce
     from tpuq.cli.render import table
-    from tpuq.settings import CONFIG_ENV, ENV, load_with_sources
+    from tpuq.settings import ENV, load_with_sources, system_config_file, user_config_file
 
     cfg, sources = load_with_sources()
+    values = _shown_values(cfg)
+    derived = {k: v for k, v in cfg.in_effect().items() if values[k] in ("", None)}
+    for name, value in derived.items():
+        values[name] = masked(value)
+        sources[name] = f"{sources[name]} (derived)"
+    env = dict(os.environ)
+    files = {"system config": _file_state(system_config_file(env)),
+             "user config": _file_state(user_config_file(env, cfg.home))}
+    agents = announce.others(cfg, include_own=True)
+    if as_json:
+        context.echo_json({name: {"value": values[name], "source": sources[name],
+                                  "variable": var} for name, var in ENV.items()}
+                          | {"config_files": files, "agents_here": agents})
+        return
+    rows = [(name, "(none)" if values[name] in ("", None) else values[name], sources[name], var)
+            for name, var in ENV.items()]
+    click.echo(table(("SETTING", "VALUE", "FROM", "VARIABLE"), rows, max_last=40))
+    click.echo("")
+    for what, state in files.items():
+        click.echo(f"{what}: {state['path']} ({state['state']})")
+    click.echo("read in this order, each over the one before; then TPUQ_* variables "
+               "(TPUQ_SYSTEM_CONFIG, TPUQ_CONFIG move the files)")
+    for a in agents:
+        click.echo(f"agent on this VM: {announce.describe(a)}")
+
+
+def _shown_values(cfg: Any) -> dict[str, Any]:
+    import dataclasses
+
     values = {k: masked(v) if isinstance(v, str) else v for k, v in dataclasses.asdict(cfg).items()}
     values["notify_to"] = " ".join(f"{u.split('://', 1)[0]}://***" for u in cfg.notify_to.split())
     for name in SECRETS:
         if values[name]:
             values[name] = "***"
-    if not cfg.database_url:
-        values["database_url"] = f"{masked(cfg.db_url)} (embedded)"
-    if as_json:
-        context.echo_json({name: {"value": values[name], "source": sources[name],
-                                  "variable": var} for name, var in ENV.items()})
-        return
-    rows = [(name, "(none)" if values[name] in ("", None) else values[name], sources[name], var)
-            for name, var in ENV.items()]
-    click.echo(table(("SETTING", "VALUE", "FROM", "VARIABLE"), rows, max_last=40))
-    click.echo(f"\nconfig file: ${CONFIG_ENV}, else $TPUQ_HOME/config.toml (keys as SETTING)")
+    return values
+
+
+def _file_state(path: Any) -> dict[str, str]:
+    try:
+        state = "read" if path.is_file() else "absent"
+    except OSError as e:
+        state = f"unreadable: {e.strerror}"
+    return {"path": str(path), "state": state}
 
 
 # settings that are secrets whole: shown as *** when set

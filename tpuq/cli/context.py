@@ -38,6 +38,18 @@ def ask(req: Request, expect: type[R]) -> R:
     return client().ask(req, expect)
 
 
+def agent_elsewhere() -> str | None:
+    """When this command read or wrote an embedded queue no agent serves while an agent
+    of another TPUQ_HOME runs on this VM: a note naming that TPUQ_HOME."""
+    c = client()
+    if not c.settings.embedded or c.via_agent is not False:
+        return None
+    from tpuq import announce
+
+    said = announce.hint(c.settings)
+    return f"note: {said}" if said else None
+
+
 def database(cfg: Settings) -> Database:
     """The configured database, schema checked: for commands that run tpuq itself
     (agent, db). The embedded default creates and upgrades itself on first use; a

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
@@ -147,9 +146,10 @@ def update(job_id: int, priority: int | None, time_limit: str | None, hold: bool
       tpuq update 12 --priority 5 --time 6h
     """
     from tpuq.protocol import Results, Update
+    from tpuq.submitopts import update_fields
 
     try:
-        seconds = parse_duration(time_limit) if time_limit else None
+        priority, seconds = update_fields(priority, time_limit or None)
     except SpecError as e:
         raise UserError(str(e)) from None
     if priority is None and seconds is None and not hold:
@@ -180,8 +180,8 @@ def resubmit(job_ids: tuple[int, ...], failed: bool, since: str | None, dry_run:
       tpuq resubmit 12 13
       tpuq resubmit --failed --since 1d
     """
-    from tpuq import jobenv
     from tpuq.protocol import Done, Refusal, Resubmit, Results
+    from tpuq.submitopts import Resubmission
 
     if not job_ids and not failed:
         raise UserError("give job ids, or --failed")
@@ -189,10 +189,9 @@ def resubmit(job_ids: tuple[int, ...], failed: bool, since: str | None, dry_run:
         horizon = time.time() - parse_duration(since) if since else None
     except SpecError as e:
         raise UserError(str(e)) from None
-    cfg = context.settings()
+    how = Resubmission.here(context.settings())
     req = Resubmit(ids=list(job_ids), failed=failed, failed_since=horizon, dry_run=dry_run,
-                   env=jobenv.capture(os.environ, ()), notify=cfg.notify or None,
-                   notify_to=cfg.notify_to or None)
+                   env=how.env, notify=how.notify, notify_to=how.notify_to)
     reply = context.client().call(req)
     if isinstance(reply, Refusal):
         raise Refused(reply.kind, reply.error)

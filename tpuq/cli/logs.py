@@ -17,6 +17,7 @@ import click
 
 from tpuq.cli import context
 from tpuq.cli.args import JOB_ID
+from tpuq.cli.wait import cancel_on_interrupt_option
 
 FOLLOW_POLL_S = 0.25  # asking again for new output: the file or stream is the transport
 
@@ -30,16 +31,29 @@ FOLLOW_POLL_S = 0.25  # asking again for new output: the file or stream is the t
 @click.option("--worker", "worker", metavar="N|all",
               help="A slice job's worker N (default 0), or every worker's lines prefixed "
                    "[wN].")
+@cancel_on_interrupt_option
 def logs(job_id: int, follow: bool, attempt: int | None, tail: int | None,
-         worker: str | None) -> None:
+         worker: str | None, cancel_on_interrupt: bool) -> None:
     """Print a job's output (stdout and stderr together); a job run more than once has
     each attempt under a header line. With -f, follow it live, across requeues, until
     the job ends, and exit with its outcome as `tpuq wait` does (0 succeeded, 10 failed,
     11 cancelled, 12 timeout), so `tpuq logs -f 12 && next` works. Works from any machine of the deployment.
+    Ctrl-C stops following (exit 130); the job goes on unless --cancel-on-interrupt.
 
     \b
       tpuq logs 12 --tail 50 -f
     """
+    from tpuq.cli.wait import interruptible
+
+    if not follow:
+        _print(job_id, attempt, tail, worker, follow)
+        return
+    with interruptible([job_id], cancel=cancel_on_interrupt):
+        _print(job_id, attempt, tail, worker, follow)
+
+
+def _print(job_id: int, attempt: int | None, tail: int | None, worker: str | None,
+           follow: bool) -> None:
     from tpuq.protocol import LogChunk, ReadLog
 
     which = _worker(worker)

@@ -211,6 +211,9 @@ def status(show_all: bool, mine: bool, user: str | None, team_filter: str | None
     if not watch:
         jobs, hosts, now = fetch()
         console.print(_view(jobs, hosts, now, columns, fleet), soft_wrap=False)
+        elsewhere = context.agent_elsewhere()
+        if elsewhere:
+            click.echo(elsewhere, err=True)
         return
     from rich.live import Live
 

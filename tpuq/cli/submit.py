@@ -7,29 +7,20 @@ On a machine without an agent of this deployment, write it to the database direc
 
 from __future__ import annotations
 
-import os
 import shlex
-import shutil
-import sys
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from tpuq import arrays, jobenv
+from tpuq import arrays
 from tpuq.cli import context
 from tpuq.cli.errors import UserError
-from tpuq.spec import JobSpec, SpecError, notify_asked, parse_duration
+from tpuq.cli.wait import cancel_on_interrupt_option
+from tpuq.spec import JobSpec, SpecError
+from tpuq.submitopts import SubmitOptions, resolve
 
 if TYPE_CHECKING:
     from tpuq.settings import Settings
-
-
-def submitter_python() -> str:
-    """The interpreter a `python` typed in this shell would run (the active venv's)."""
-    venv = os.environ.get("VIRTUAL_ENV")
-    if venv and os.access(os.path.join(venv, "bin", "python"), os.X_OK):
-        return os.path.join(venv, "bin", "python")
-    return shutil.which("python3") or shutil.which("python") or sys.executable
 
 
 def _did_you_mean(option: str) -> str:
@@ -49,21 +40,10 @@ def build_command(args: tuple[str, ...], python: str | None) -> list[str]:
     if first.startswith("-"):
         raise UserError(f"no such option: {first}{_did_you_mean(first)} "
                         "(see `tpuq submit --help`)")
-    if first.endswith(".py"):
-        if not os.path.isfile(first):
-            raise UserError(f"script not found: {first}")
-        return [python or submitter_python(), os.path.abspath(first), *args[1:]]
-    if os.sep in first:
-        if not (os.path.isfile(first) and os.access(first, os.X_OK)):
-            raise UserError(f"not an executable file: {first}")
-        return [os.path.abspath(first), *args[1:]]
-    found = shutil.which(first)
-    if found is None:
-        here = os.path.isfile(first)
-        hint = f" (it is a file here: run it as `-- ./{first}` or `-- bash {first}`)" \
-            if here else ""
-        raise UserError(f"command not found: {first}{hint}")
-    return [found, *args[1:]]
+    try:
+        return resolve(args, python)
+    except SpecError as e:
+        raise UserError(str(e)) from None
 
 
 @click.command(context_settings={"ignore_unknown_options": True,
@@ -129,6 +109,7 @@ def build_command(args: tuple[str, ...], python: str | None) -> list[str]:
                    "%A array id, %u user, %x name (e.g. logs/%j.out). `tpuq logs` still has it.")
 @click.option("--wait", "wait_end", is_flag=True,
               help="Wait until the job ends; exit with its outcome as `tpuq wait` does.")
+@cancel_on_interrupt_option
 @click.option("-q", "--quiet", is_flag=True, help="Print only the job id.")
 @context.json_option
 def submit(**given: Any) -> None:
@@ -151,7 +132,7 @@ def submit(**given: Any) -> None:
 
 
 # options that say how this shell shows the result, not what the job is: never stored
-_NOT_SOURCED = {"command", "wait_end", "quiet", "as_json"}
+_NOT_SOURCED = {"command", "wait_end", "cancel_on_interrupt", "quiet", "as_json"}
 
 
 def with_directives(ctx: click.Context, given: dict[str, Any]
@@ -213,29 +194,38 @@ def _submit(command: tuple[str, ...], name: str | None, chips: int | None,
             python: str | None, hold: bool, after: tuple[str, ...],
             after_any: tuple[str, ...], array_spec: str | None, args_file: Any,
             notify: str | None, notify_to: tuple[str, ...], begin: str | None,
-            output: str | None, wait_end: bool, quiet: bool, as_json: bool,
-            sources: dict[str, str]) -> None:
+            output: str | None, wait_end: bool, cancel_on_interrupt: bool, quiet: bool,
+            as_json: bool, sources: dict[str, str]) -> None:
     cfg = context.settings()
-    events, destinations = notify_asked(notify, notify_to, cfg)
+    after_ids, after_tasks = job_refs(after, "--after")
+    after_any_ids, after_any_tasks = job_refs(after_any, "--after-any")
+    opts = SubmitOptions(
+        name=name, chips=chips, tpu_type=tpu_type, team=team, priority=priority,
+        env=env_items, export=export, stop_signal=stop_signal, grace=grace,
+        time_limit=time_limit, max_retries=max_retries, requeue=not no_requeue,
+        tcmalloc=not no_tcmalloc, python=python, notify=notify, notify_to=notify_to,
+        hold=hold, after=after_ids, after_any=after_any_ids, after_tasks=after_tasks,
+        after_any_tasks=after_any_tasks, begin=begin, output=output,
+        option_sources=sources)
+    command_line = build_command(command, python)
     try:
-        spec = JobSpec(
-            command=build_command(command, python), cwd=os.getcwd(),
-            env=jobenv.capture(os.environ, env_items, export),
-            env_dropped=jobenv.dropped(os.environ, env_items),
-            owner=cfg.user_name, team=team or cfg.team, name=name, priority=priority,
-            chips=chips, tpu_type=tpu_type, stop_signal=stop_signal,
-            grace_s=parse_duration(grace) if grace else cfg.default_grace_s,
-            time_limit_s=parse_duration(time_limit) if time_limit else None,
-            max_retries=max_retries, requeue_on_preempt=not no_requeue, tcmalloc=not no_tcmalloc,
-            notify=events, notify_to=destinations,
-            begin_at=begin_time(begin), output=output_path(output),
-            option_sources=sources or None,
-        ).validate()
+        spec = opts.spec(command_line, cfg)
     except SpecError as e:
         raise UserError(str(e)) from None
     array = _array(array_spec, args_file)
-    job_id, tasks, notes = _send(cfg, spec, hold, job_refs(after, "--after"),
-                                 job_refs(after_any, "--after-any"), array)
+    job_id, tasks, notes = _send(cfg, opts, spec, array)
+    from tpuq.cli.wait import interruptible
+
+    # from here on the job is queued: Ctrl-C names it (and cancels it, if asked to)
+    with interruptible(tasks or [job_id], cancel=wait_end and cancel_on_interrupt,
+                       array=job_id if tasks else None):
+        _tell(job_id, tasks, notes, hold, quiet, as_json)
+        if wait_end:
+            _wait(tasks or [job_id], say=not quiet and not as_json)
+
+
+def _tell(job_id: int, tasks: list[int], notes: list[str], hold: bool, quiet: bool,
+          as_json: bool) -> None:
     state = "held" if hold else "queued"
     if as_json:
         context.echo_json({"id": job_id, "state": state, **({"tasks": tasks} if tasks else {})})
@@ -248,31 +238,16 @@ def _submit(command: tuple[str, ...], name: str | None, chips: int | None,
         click.echo(f"submitted job {job_id}" + (" (held)" if hold else ""))
     for note in notes:  # on stderr, so even -q and --json show them
         click.echo(note, err=True)
-    if wait_end:
-        from tpuq.cli.wait import exit_status, wait_for
-
-        every = tasks or [job_id]
-        code = exit_status(wait_for(every, say=not quiet and not as_json), every)
-        if code:
-            raise SystemExit(code)
 
 
-def begin_time(text: str | None) -> float | None:
-    """--begin TIME as epoch seconds (tpuq/begin.py), or None."""
-    import time
+def _wait(every: list[int], say: bool) -> None:
+    from tpuq.cli.wait import exit_status, wait_for
 
-    from tpuq import begin
+    code = exit_status(wait_for(every, say=say), every)
+    if code:
+        raise SystemExit(code)
 
-    return None if text is None else begin.parse(text, time.time())
 
-
-def output_path(text: str | None) -> str | None:
-    """--output PATH, made absolute from this directory (its %j... kept), or None."""
-    if text is None:
-        return None
-    if not text or "\x00" in text:
-        raise SpecError("--output needs a file name")
-    return text if text.startswith("/") else os.path.join(os.getcwd(), text)
 
 
 def job_refs(values: tuple[str, ...], option: str) -> tuple[list[int], list[list[int]]]:
@@ -317,22 +292,18 @@ def _array(spec: str | None, args_file: Any) -> Array | None:
     return (indices or list(range(len(args)))), args, throttle
 
 
-Refs = tuple[list[int], list[list[int]]]
-
-
-def _send(cfg: Settings, spec: JobSpec, hold: bool, after: Refs,
-          after_any: Refs, array: Array | None) -> tuple[int, list[int], list[str]]:
+def _send(cfg: Settings, opts: SubmitOptions, spec: JobSpec,
+          array: Array | None) -> tuple[int, list[int], list[str]]:
     """Queue the spec; (job id, an array's task ids, warnings and notes for the user)."""
-    from tpuq.protocol import Submit, Submitted
+    from tpuq.protocol import Submitted
 
     indices, args, throttle = array or ([], [], None)
-    reply = context.ask(Submit(spec=spec.to_dict(), held=hold, after=after[0],
-                               after_tasks=after[1], after_any=after_any[0],
-                               after_any_tasks=after_any[1], array=indices,
-                               array_args=args, throttle=throttle), Submitted)
+    reply = context.ask(opts.request(spec, array=indices, array_args=args,
+                                     throttle=throttle), Submitted)
     notes = list(reply.warnings)
     if cfg.embedded and not context.client().via_agent:
-        notes.append("note: no agent is running on this VM; start one with `tpuq agent`")
+        notes.append(context.agent_elsewhere() or
+                     "note: no agent is running on this VM; start one with `tpuq agent`")
     return reply.id, list(reply.tasks), notes
 
 

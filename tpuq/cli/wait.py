@@ -7,7 +7,9 @@ job's (in the order given): 10 failed, 11 cancelled, 12 timeout, so
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import NoReturn
 
 import click
 
@@ -15,6 +17,12 @@ from tpuq.cli import context
 from tpuq.cli.errors import UserError
 
 OUTCOME_EXIT = {"succeeded": 0, "failed": 10, "cancelled": 11, "timeout": 12}
+INTERRUPTED_EXIT = 130  # as a shell reports a command ended by SIGINT
+
+cancel_on_interrupt_option = click.option(
+    "--cancel-on-interrupt", is_flag=True, envvar="TPUQ_CANCEL_ON_INTERRUPT",
+    help="Cancel the job(s) when this command is interrupted (Ctrl-C); otherwise they "
+         "stay queued or running, and the command says how to cancel them.")
 
 
 def outcome_exit(state: str) -> int:
@@ -32,6 +40,36 @@ def wait_for(ids: Sequence[int], *, say: bool = True) -> dict[int, str]:
 
     return wait_ended(lambda i: str(context.ask(ShowJob(id=i), JobDetail).job["state"]),
                       ids, on_end=told)
+
+
+@contextmanager
+def interruptible(ids: Sequence[int], *, cancel: bool, array: int | None = None
+                  ) -> Iterator[None]:
+    """Ctrl-C while waiting on jobs: say which jobs go on and how to cancel them, or
+    (`cancel`) cancel them; exit 130 either way."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        on_interrupt(ids, cancel=cancel, array=array)
+
+
+def on_interrupt(ids: Sequence[int], *, cancel: bool, array: int | None = None) -> NoReturn:
+    """What an interrupted wait tells (or does): the jobs keep running unless `cancel`."""
+    what = f"array {array}" if array is not None else \
+        ("job " if len(ids) == 1 else "jobs ") + " ".join(map(str, ids))
+    how = f"--array {array}" if array is not None else " ".join(map(str, ids))
+    if not cancel:
+        click.echo(f"tpuq: interrupted; {what} goes on (stopped waiting only): "
+                   f"`tpuq cancel {how}` cancels it", err=True)
+        raise SystemExit(INTERRUPTED_EXIT)
+    from tpuq.protocol import Action, Control, Results
+
+    req = Control(action=Action.CANCEL, ids=[] if array is not None else list(ids),
+                  arrays=[array] if array is not None else [])
+    for r in context.ask(req, Results).results:
+        said = r["message"] if r["ok"] else f"not cancelled: {r['message']}"
+        click.echo(f"tpuq: interrupted; job {r['id']} {said}", err=True)
+    raise SystemExit(INTERRUPTED_EXIT)
 
 
 def exit_status(ended: dict[int, str], ids: Sequence[int]) -> int:
@@ -67,8 +105,9 @@ def resolve(refs: Sequence[str]) -> list[int]:
 
 @click.command()
 @click.argument("refs", nargs=-1, required=True, metavar="ID...")
+@cancel_on_interrupt_option
 @context.json_option
-def wait(refs: tuple[str, ...], as_json: bool) -> None:
+def wait(refs: tuple[str, ...], cancel_on_interrupt: bool, as_json: bool) -> None:
     """Wait until the jobs end; exit 0 if all succeeded, else 10 failed, 11 cancelled,
     12 timeout (the first such job's, in the order given). An array's id means every
     task of it; ID_N one task.
@@ -77,9 +116,13 @@ def wait(refs: tuple[str, ...], as_json: bool) -> None:
       tpuq wait 12 && tpuq submit eval.py
       tpuq wait 54                            every task of array 54
       tpuq wait 54_3                          task 3 of array 54
+
+    Ctrl-C stops waiting (exit 130) and names the jobs, which go on; with
+    --cancel-on-interrupt it cancels them.
     """
     job_ids = resolve(refs)
-    ended = wait_for(job_ids, say=not as_json)
+    with interruptible(job_ids, cancel=cancel_on_interrupt):
+        ended = wait_for(job_ids, say=not as_json)
     if as_json:
         context.echo_json([{"id": i, "state": ended[i]} for i in job_ids])
     code = exit_status(ended, job_ids)

@@ -18,6 +18,12 @@ def store_payload(s: Session, job_id: int, payload: bytes) -> None:
     s.execute(insert(FUNCTIONS).values(job_id=job_id, payload=payload))
 
 
+def store_payloads(s: Session, payloads: list[tuple[int, bytes]]) -> None:
+    """Many jobs' calls in one statement (a batch submit)."""
+    if payloads:
+        s.execute(insert(FUNCTIONS), [{"job_id": j, "payload": p} for j, p in payloads])
+
+
 def payload_of(s: Session, job_id: int) -> bytes | None:
     return s.scalar(select(FUNCTIONS.c.payload).where(FUNCTIONS.c.job_id == job_id))
 

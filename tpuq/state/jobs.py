@@ -6,7 +6,7 @@ which change a user command means.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -14,14 +14,16 @@ from sqlalchemy import Row, Table, insert, select
 from sqlalchemy import update as update_
 from sqlalchemy.orm import Session
 
+from tpuq import runfn
 from tpuq.spec import SPEC_FIELDS, JobSpec
-from tpuq.state import admission, queries
+from tpuq.state import admission, functions, queries
 from tpuq.state.attempts import release_chips
 from tpuq.state.clock import db_now
 from tpuq.state.db import rows_changed
 from tpuq.state.models import Job, JobEvent
 from tpuq.state.states import TERMINAL, JobState, StopRequest
 from tpuq.state.transitions import CHUNK, transition, transition_many
+from tpuq.submitopts import Resubmission
 
 JOBS = cast(Table, Job.__table__)
 Q, H, A, R, P = (JobState.QUEUED, JobState.HELD, JobState.ASSIGNED, JobState.RUNNING,
@@ -83,6 +85,26 @@ def submit_array(s: Session, specs: Sequence[JobSpec], indices: Sequence[int],
         {"job_id": j, "at": now, "from_state": None, "to_state": state.value, "attempt": 0,
          "reason": f"submitted (array {ids[0]}, task {i})", "actor": actor or specs[0].owner}
         for j, i in zip(ids, indices, strict=True)])
+    return ids
+
+
+def submit_batch(s: Session, specs: Sequence[JobSpec], held: Sequence[bool],
+                 actor: str) -> list[int]:
+    """Insert independent jobs in this one transaction (bulk statements, as an array's
+    tasks but each its own spec); their ids, in order."""
+    for spec in specs:
+        spec.validate()
+    for shape in {(sp.tpu_type, sp.chips): sp for sp in specs}.values():
+        admission.check_shape(s, shape)
+    now = float(s.execute(select(db_now())).scalar_one())
+    rows = [{**spec.to_dict(), "workers": spec.workers, "state": (H if h else Q).value,
+             "failures": 0, "preemptions": 0, "attempt": 0, "submitted_at": now,
+             "updated_at": now} for spec, h in zip(specs, held, strict=True)]
+    ids = [int(i) for i in s.scalars(insert(Job).returning(Job.id, sort_by_parameter_order=True),
+                                     rows)]
+    s.execute(insert(JobEvent), [
+        {"job_id": j, "at": now, "from_state": None, "to_state": r["state"], "attempt": 0,
+         "reason": "submitted", "actor": actor} for j, r in zip(ids, rows, strict=True)])
     return ids
 
 
@@ -232,12 +254,12 @@ def _why_not(s: Session, job_id: int, needed: str) -> str:
 
 
 def resubmit(s: Session, job_ids: Iterable[int], owner: str,
-             owner_env: Mapping[str, str],
-             notify: tuple[str | None, str | None] = (None, None)) -> list[Result]:
+             how: Resubmission) -> list[Result]:
     """New jobs from earlier specs, each linked to its original and owned by `owner`.
 
     The environment captured from the original owner's shell is theirs: a job of
-    someone else's is resubmitted with `owner_env` (what the resubmitter's shell gives).
+    someone else's is resubmitted with the resubmitter's (`how.env`). A function job
+    runs its stored call again, resubmitted by its owner only.
     """
     results = []
     for job_id in job_ids:
@@ -245,13 +267,29 @@ def resubmit(s: Session, job_ids: Iterable[int], owner: str,
         if spec is None:
             results.append(Result(job_id, False, "does not exist"))
             continue
-        if spec.owner != owner:
-            spec.env, spec.owner = dict(owner_env), owner
-        spec.resubmit_of = job_id
-        spec.notify, spec.notify_to = notify
-        new_id = submit(s, spec, actor=owner)
+        call = functions.payload_of(s, job_id)
+        refused = _function_refusal(spec, call, owner)
+        if refused:
+            results.append(Result(job_id, False, refused))
+            continue
+        new_id = submit(s, how.apply(spec, job_id, owner), actor=owner)
+        if call is not None:
+            functions.store_payload(s, new_id, call)
         results.append(Result(new_id, True, f"queued, resubmitting job {job_id}"))
     return results
+
+
+def _function_refusal(spec: JobSpec, call: bytes | None, owner: str) -> str | None:
+    """Why a function job cannot be resubmitted by `owner`, or None: its stored call
+    runs again, but only as its owner (a pickle runs its writer's code when loaded)."""
+    if call is None:
+        if runfn.is_function_command(spec.command):
+            return "is a function job whose stored call is gone: submit the function again"
+        return None
+    if spec.owner != owner:
+        return (f"is {spec.owner}'s function job: its stored call would run {spec.owner}'s "
+                f"code as you; only {spec.owner} resubmits it")
+    return None
 
 
 _SPEC_COLUMNS = tuple(JOBS.c[f] for f in SPEC_FIELDS if f not in queries.SECRET_COLUMNS)
