@@ -126,4 +126,8 @@ def test_the_cli_and_the_python_api_make_the_same_spec(tmp_path, monkeypatch):
     opts = SubmitOptions(chips=2, time_limit="2h", name="x", python=sys.executable)
     from_python = opts.request(opts.spec(resolve(["train.py"], sys.executable), cfg(),
                                          environ=ENV))
+    # the CLI also records where each option came from (`show` says it); the rest is equal
+    assert req.spec.pop("option_sources") == {"--chips": "command line", "--name":
+                                              "command line", "--python": "command line",
+                                              "--time": "command line"}
     assert req.spec == from_python.spec
