@@ -39,7 +39,7 @@ def _exported() -> dict[str, str]:
             if (isinstance(node, ast.Assign) and len(node.targets) == 1
                     and isinstance(node.targets[0], ast.Name)
                     and node.targets[0].id == "COMMANDS" and path.stem != "main"):
-                for command in getattr(importlib.import_module(module), "COMMANDS"):
+                for command in importlib.import_module(module).COMMANDS:
                     found[command.name] = f"{module}:{command.callback.__name__}"
     return found
 
