@@ -91,6 +91,8 @@ def checked_tasks(spec: JobSpec, indices: Sequence[int], args: Sequence[Sequence
         raise SpecError(f"{len(args)} argument lines for {len(indices)} tasks")
     if not all(type(i) is int and 0 <= i <= MAX_INDEX for i in indices):
         raise SpecError(f"array indices are whole numbers from 0 to {MAX_INDEX}")
+    if len(set(indices)) != len(indices):
+        raise SpecError("an array index appears twice")
     tasks = Tasks(spec.validate(), list(indices), [list(a) for a in args])
     widest = max(range(len(indices)), key=lambda n: len(str(indices[n])))
     tasks.spec_of(widest).validate()

@@ -86,10 +86,11 @@ def submit_array(s: Session, tasks: Tasks, throttle: int | None, actor: str | No
     """Insert the tasks of an array (arrays.checked_tasks) in this one transaction; the
     first task's id is the array's id. Returns the tasks' ids, in index order.
 
-    Core statements that send every row in a few round trips (insertmanyvalues), not the
+    Core statements that send the rows in a few round trips (insertmanyvalues), not the
     ORM's unit of work: the first task alone (its id is the array's), then the rest
-    already carrying it, then their events. A task's environment is the spec's with its
-    TPUQ_ARRAY_INDEX: its JSON is the spec's, encoded once, with that one member added."""
+    already carrying it, their ids read back by index, then their events. A task's
+    environment is the spec's with its TPUQ_ARRAY_INDEX: its JSON is the spec's, encoded
+    once, with that one member added."""
     spec = tasks.spec
     admission.check_shape(s, spec)  # every task has the same shape
     state = H if held else Q
@@ -107,12 +108,13 @@ def submit_array(s: Session, tasks: Tasks, throttle: int | None, actor: str | No
             for n, i in enumerate(tasks.indices)]
     first = int(s.execute(_INSERT_TASK.returning(JOBS.c.id), rows[0]).scalar_one())
     s.execute(update_(JOBS).where(JOBS.c.id == first).values(array_id=first))
-    ids = [first]
     if len(rows) > 1:
         for row in rows[1:]:
             row["array_id"] = first
-        ids += [int(i) for i in s.scalars(
-            _INSERT_TASK.returning(JOBS.c.id, sort_by_parameter_order=True), rows[1:])]
+        s.execute(_INSERT_TASK, rows[1:])  # no RETURNING: SQLite would go row by row
+    by_index = {index: job_id for index, job_id in s.execute(
+        select(JOBS.c.array_index, JOBS.c.id).where(JOBS.c.array_id == first))}
+    ids = [int(by_index[i]) for i in tasks.indices]
     who = actor or spec.owner
     s.execute(insert(EVENTS), [
         {"job_id": j, "at": now, "from_state": None, "to_state": state.value, "attempt": 0,
