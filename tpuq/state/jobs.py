@@ -86,11 +86,12 @@ def submit_array(s: Session, tasks: Tasks, throttle: int | None, actor: str | No
     """Insert the tasks of an array (arrays.checked_tasks) in this one transaction; the
     first task's id is the array's id. Returns the tasks' ids, in index order.
 
-    Core statements that send the rows in a few round trips (insertmanyvalues), not the
-    ORM's unit of work: the first task alone (its id is the array's), then the rest
-    already carrying it, their ids read back by index, then their events. A task's
-    environment is the spec's with its TPUQ_ARRAY_INDEX: its JSON is the spec's, encoded
-    once, with that one member added."""
+    Core statements that send the rows a thousand to a statement (insertmanyvalues, which
+    SQLAlchemy uses for an INSERT with RETURNING: without, psycopg sends a statement per
+    row), not the ORM's unit of work: the first task alone (its id is the array's), then
+    the rest already carrying it, then their events. A task's environment is the spec's
+    with its TPUQ_ARRAY_INDEX: its JSON is the spec's, encoded once, with that member
+    added."""
     spec = tasks.spec
     admission.check_shape(s, spec)  # every task has the same shape
     state = H if held else Q
@@ -108,15 +109,17 @@ def submit_array(s: Session, tasks: Tasks, throttle: int | None, actor: str | No
             for n, i in enumerate(tasks.indices)]
     first = int(s.execute(_INSERT_TASK.returning(JOBS.c.id), rows[0]).scalar_one())
     s.execute(update_(JOBS).where(JOBS.c.id == first).values(array_id=first))
+    by_index = {rows[0]["array_index"]: first}
     if len(rows) > 1:
         for row in rows[1:]:
             row["array_id"] = first
-        s.execute(_INSERT_TASK, rows[1:])  # no RETURNING: SQLite would go row by row
-    by_index = {index: job_id for index, job_id in s.execute(
-        select(JOBS.c.array_index, JOBS.c.id).where(JOBS.c.array_id == first))}
+        # each id with its index: RETURNING in no particular order (SQLite would send a
+        # statement per row to keep the order)
+        by_index.update((index, job_id) for job_id, index in s.execute(
+            _INSERT_TASK.returning(JOBS.c.id, JOBS.c.array_index), rows[1:]))
     ids = [int(by_index[i]) for i in tasks.indices]
     who = actor or spec.owner
-    s.execute(insert(EVENTS), [
+    s.execute(insert(EVENTS).returning(EVENTS.c.id), [
         {"job_id": j, "at": now, "from_state": None, "to_state": state.value, "attempt": 0,
          "reason": f"submitted (array {first}, task {i})", "actor": who}
         for j, i in zip(ids, tasks.indices, strict=True)])
