@@ -7,8 +7,9 @@ raw Celery `apply_async` measured in the same run.
 tpuq (embedded): `tpuq submit --array 0-(N-1) -- /bin/true` as a subprocess in a fresh
 TPUQ_HOME with no agent (the CLI writes SQLite itself; `tpuq db upgrade` made the
 database before), launch to exit; the figure is N / wall. tpuq (team): the same
-against a fresh PostgreSQL database, no agent (the CLI writes PostgreSQL itself). Celery: N `apply_async` calls of a no-op task to a private
-redis-server (no worker: only the queueing is timed), the same N.
+against a fresh PostgreSQL database, no agent (the CLI writes PostgreSQL itself).
+Celery: N `apply_async` calls of a no-op task to a private redis-server (no worker:
+only the queueing is timed), the same N.
 Prints tasks/s for each and the ratio to Celery.
 """
 
