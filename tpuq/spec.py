@@ -68,6 +68,8 @@ def _default_grace() -> float:
 
 @dataclass
 class JobSpec:
+    """What a job asks for; every way into the queue calls `validate` first."""
+
     command: list[str]
     cwd: str
     owner: str
