@@ -51,8 +51,10 @@ def prepare(rev: str, log: Callable[[str], None]) -> Path:
         _git("worktree", "prune")
         _git("worktree", "add", "--detach", "--force", str(tree), commit)
     subprocess.run([sys.executable, "-m", "venv", str(home / "venv")], check=True)
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "-e", str(tree)], check=True,
-                   stdout=subprocess.DEVNULL)
+    pip = subprocess.run([str(python), "-m", "pip", "install", "-q", "-e", str(tree)],
+                         capture_output=True, text=True, check=False)
+    if pip.returncode != 0:
+        raise RuntimeError(f"pip install -e {tree} failed:\n{pip.stderr[-3000:]}")
     subprocess.run([str(python), "-m", "compileall", "-q", str(tree / "tpuq")], check=True)
     done.write_text(commit + "\n")
     return python
@@ -86,6 +88,9 @@ def compare(rev: str, sections: list[str], quick: bool, log: Callable[[str], Non
             ) -> dict[str, Any]:
     """{side: {"figures": ..., "errors": [...]}} for this tree and REV."""
     pythons = {THIS: Path(sys.executable), rev: prepare(rev, log)}
+    # both sides from bytecode (PYTHONDONTWRITEBYTECODE would leave this tree's new
+    # modules compiling on every run)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "tpuq")], check=True)
     out: dict[str, dict[str, Any]] = {k: {"figures": {}, "errors": []} for k in pythons}
     with tempfile.TemporaryDirectory(prefix="tpuq-against-") as tmp:
         imports = _import_root(tmp)
