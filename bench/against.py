@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -84,9 +85,11 @@ def _child(python: Path, section: str, quick: bool, imports: str, cwd: str,
     return data["figures"], data["errors"]
 
 
-def compare(rev: str, sections: list[str], quick: bool, log: Callable[[str], None]
-            ) -> dict[str, Any]:
-    """{side: {"figures": ..., "errors": [...]}} for this tree and REV."""
+def compare(rev: str, sections: list[str], quick: bool, log: Callable[[str], None],
+            repeat: int = 1) -> dict[str, Any]:
+    """{side: {"figures": ..., "errors": [...]}} for this tree and REV; with `repeat`,
+    each section runs that many times per side, alternated, and each figure is the
+    median of its runs."""
     pythons = {THIS: Path(sys.executable), rev: prepare(rev, log)}
     # both sides from bytecode (PYTHONDONTWRITEBYTECODE would leave this tree's new
     # modules compiling on every run)
@@ -94,18 +97,25 @@ def compare(rev: str, sections: list[str], quick: bool, log: Callable[[str], Non
     out: dict[str, dict[str, Any]] = {k: {"figures": {}, "errors": []} for k in pythons}
     with tempfile.TemporaryDirectory(prefix="tpuq-against-") as tmp:
         imports = _import_root(tmp)
-        for n, section in enumerate(sections):
-            order = list(pythons) if n % 2 == 0 else list(reversed(pythons))
-            for side in order:
-                log(f"{section}: {side} ...")
-                figures, errors = _child(pythons[side], section, quick, imports, tmp, log)
-                out[side]["figures"].update(figures)
-                out[side]["errors"] += [f"{side}: {e}" for e in errors]
+        runs: dict[str, list[dict[str, float]]] = {k: [] for k in pythons}
+        n = 0
+        for section in sections:
+            for _ in range(repeat):
+                order = list(pythons) if n % 2 == 0 else list(reversed(pythons))
+                n += 1
+                for side in order:
+                    log(f"{section}: {side} ...")
+                    figures, errors = _child(pythons[side], section, quick, imports, tmp, log)
+                    runs[side].append(figures)
+                    out[side]["errors"] += [f"{side}: {e}" for e in errors]
+    for side, got in runs.items():
+        keys = {k for f in got for k in f}
+        out[side]["figures"] = {k: statistics.median(f[k] for f in got if k in f)
+                                for k in keys}
     return out
 
 
-def print_comparison(rev: str, table: dict[str, list[dict[str, Any]]],
-                     errors: list[str]) -> None:
+def print_comparison(rev: str, table: dict[str, Any], errors: list[str]) -> None:
     """Each row: this tree, REV, their ratio, and each side's ratio to its own baseline."""
     old = {r["key"]: r for r in table[rev]}
     head = (f"{'figure':24s}{'this tree':>11s}{rev[:11]:>12s}{'this/rev':>10s}"
@@ -122,8 +132,20 @@ def print_comparison(rev: str, table: dict[str, list[dict[str, Any]]],
         better = "higher is better" if row["more_is_better"] else ""
         print(f"{row['figure']:24s}{_fmt(value, row['unit']):>11s}"
               f"{_fmt(was, row['unit']):>12s}{_x(ratio):>10s}{base:>32s}  {better}")
+    for key, label in EXTRA:
+        this, was = table[THIS + " figures"].get(key), table[rev + " figures"].get(key)
+        if this is not None and was is not None:
+            print(f"{label:24s}{_fmt(this, 'ms'):>11s}{_fmt(was, 'ms'):>12s}"
+                  f"{_x(this / was if was else None):>10s}")
     for e in errors:
         print(f"ERROR {e}")
+
+
+# figures without a row of their own, worth seeing side by side
+EXTRA = (("turnover_agent_cpu_ms_per_job", "turnover: agent CPU/job"),
+         ("team_turnover_agent_cpu_ms_per_job", "team: agent CPU/job"),
+         ("python_pass_p50_ms", "python -c pass p50"),
+         ("socket_submit_ms_per_job", "socket submit/job"))
 
 
 def _x(v: float | None) -> str:

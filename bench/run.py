@@ -341,6 +341,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--against", metavar="REV",
                    help="also measure commit REV (its own cached worktree and venv), "
                         "section by section interleaved, and print the ratios")
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="with --against: run each section N times per side, alternated "
+                        "(figures: the median)")
     args = p.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     names = list(sections(sizes, False))
@@ -353,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         print(msg, file=sys.stderr, flush=True)
 
     if args.against:
-        return _against(args.against, only or names, args.quick, args.json, log)
+        return _against(args.against, only or names, args.quick, args.json, log, args.repeat)
     figures, errors = measure(sizes, args.keep, log, only)
     table = rows(figures)
     meta = machine()
@@ -367,11 +370,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _against(rev: str, names: list[str], quick: bool, as_json: bool,
-             log: Callable[[str], None]) -> int:
-    sides = against.compare(rev, names, quick, log)
+             log: Callable[[str], None], repeat: int) -> int:
+    sides = against.compare(rev, names, quick, log, repeat)
     for side in sides.values():
         floors(side["figures"])
-    table = {k: rows(v["figures"]) for k, v in sides.items()}
+    table: dict[str, Any] = {k: rows(v["figures"]) for k, v in sides.items()}
     errors = [e for v in sides.values() for e in v["errors"]]
     if as_json:
         json.dump({**machine(), "quick": quick, "against": rev, "sides": sides,
@@ -380,6 +383,7 @@ def _against(rev: str, names: list[str], quick: bool, as_json: bool,
     else:
         print(f"tpuq benchmark, this tree against {rev}, {machine()['date']}, "
               f"{'quick' if quick else 'full'} sizes, sections interleaved")
+        table.update({f"{k} figures": v["figures"] for k, v in sides.items()})
         against.print_comparison(rev, table, errors)
     return 1 if errors else 0
 
