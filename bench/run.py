@@ -21,11 +21,13 @@ import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
-# run as a script: import `bench.*` from the repository root, not bench/ itself
-sys.path[0] = str(Path(__file__).resolve().parent.parent)
+# run as a script: import `bench.*` from the repository root, not bench/ itself (or, as a
+# child of `--against`, from links to bench/ and tests/ alone: bench/against.py)
+sys.path[0] = os.environ.get("BENCH_IMPORT_ROOT") or str(Path(__file__).resolve().parent.parent)
 
-from bench import baselines, policy, preempt, status, submit, team, turnover
+from bench import against, arrays, baselines, policy, preempt, status, submit, team, turnover
 from bench.embedded import BenchError, EmbeddedStack
 
 
@@ -43,14 +45,17 @@ class Sizes:
     team_turnover_rounds: int
     preempt_rounds: int
     status_runs: int
+    array_tasks: int
 
 
 FULL = Sizes(fork_exec_runs=200, python_runs=100, submit_runs=200, latency_runs=200,
              turnover_jobs=200, turnover_rounds=3, celery_runs=200, team_latency_runs=30,
-             team_turnover_jobs=200, team_turnover_rounds=3, preempt_rounds=3, status_runs=30)
+             team_turnover_jobs=200, team_turnover_rounds=3, preempt_rounds=3, status_runs=30,
+             array_tasks=10_000)
 QUICK = Sizes(fork_exec_runs=30, python_runs=10, submit_runs=10, latency_runs=10,
               turnover_jobs=50, turnover_rounds=1, celery_runs=50, team_latency_runs=10,
-              team_turnover_jobs=50, team_turnover_rounds=1, preempt_rounds=1, status_runs=5)
+              team_turnover_jobs=50, team_turnover_rounds=1, preempt_rounds=1, status_runs=5,
+              array_tasks=2_000)
 
 
 @dataclass(frozen=True)
@@ -61,19 +66,23 @@ class Row:
     baseline_label: str
     target_ms: float | None  # in the row's unit
     unit: str = "ms"
+    more_is_better: bool = False  # a rate: the target is a floor
+    max_ratio: float | None = None  # a target as a multiple of the baseline
 
 
 ROWS = (
     Row("submit wall p50", "submit_wall_p50_ms", "python_pass_paired_p50_ms",
-        "python -c pass, p50 (paired)", 100.0),
+        "python -c pass, p50 (paired)", None, max_ratio=2.0),
     Row("submit wall p95", "submit_wall_p95_ms", "python_pass_paired_p95_ms",
-        "python -c pass, p95 (paired)", 100.0),
-    Row("submit->start p50", "submit_to_start_p50_ms", "start_floor_p50_ms",
-        "python -c pass + fork/exec, p50", 110.0),
+        "python -c pass, p95 (paired)", None),
+    Row("submit->start p50", "submit_to_start_p50_ms", "python_pass_paired_p50_ms",
+        "python -c pass, p50 (paired)", None, max_ratio=2.0),
     Row("submit->start p95", "submit_to_start_p95_ms", "start_floor_p95_ms",
         "python -c pass + fork/exec, p95", None),
     Row("turnover per job", "turnover_ms_per_job", "bare_turnover_ms_per_job",
-        "sequential subprocess.run(/bin/true)", 10.0),
+        "sequential subprocess.run(/bin/true)", 8.0),
+    Row("turnover gap p95", "turnover_gap_p95_ms", "turnover_gap_p50_ms",
+        "turnover gap p50", None, max_ratio=1.5),
     Row("scheduling pass", "policy_plan_median_ms", "policy_sorted_baseline_median_ms",
         "sorted() of the same 100k keys", 100.0),
     Row("status, 10k jobs, p50", "status_agent_p50_ms", "status_agent_python_pass_paired_p50_ms",
@@ -82,17 +91,25 @@ ROWS = (
         "the same listing through the agent, p50", None),
     # team deployment (PostgreSQL + Celery on Redis); the embedded rows above, same run
     Row("team submit wall p50", "team_submit_wall_p50_ms", "team_python_pass_paired_p50_ms",
-        "python -c pass, p50 (paired)", 100.0),
-    Row("team submit->start p50", "team_submit_to_start_p50_ms", "team_start_floor_p50_ms",
-        "python -c pass + raw Celery send->start, p50", None),
+        "python -c pass, p50 (paired)", None, max_ratio=2.0),
+    Row("team submit->start p50", "team_submit_to_start_p50_ms",
+        "team_python_pass_paired_p50_ms", "python -c pass, p50 (paired)", None,
+        max_ratio=2.0),
     Row("team submit->start p95", "team_submit_to_start_p95_ms", "team_start_floor_p95_ms",
         "python -c pass + raw Celery send->start, p95", None),
     Row("team no-agent wall p50", "team_direct_submit_wall_p50_ms",
-        "team_direct_python_pass_paired_p50_ms", "python -c pass, p50 (paired)", None),
+        "team_direct_python_pass_paired_p50_ms", "python -c pass, p50 (paired)", 150.0),
     Row("team no-agent ->start", "team_direct_submit_to_start_p50_ms",
         "team_start_floor_p50_ms", "python -c pass + raw Celery send->start, p50", None),
     Row("team turnover per job", "team_turnover_ms_per_job", "celery_turnover_ms_per_job",
-        "raw Celery: tasks running /bin/true", 18.0),
+        "raw Celery: tasks running /bin/true", 12.0),
+    Row("team turnover gap p95", "team_turnover_gap_p95_ms", "team_turnover_gap_p50_ms",
+        "team turnover gap p50", None, max_ratio=1.5),
+    # one `tpuq submit --array` of array_tasks tasks, no agent (the CLI writes itself)
+    Row("array submit", "array_embedded_tasks_per_s", "array_celery_tasks_per_s",
+        "raw Celery apply_async", 10_000.0, unit="tasks/s", more_is_better=True),
+    Row("team array submit", "array_team_tasks_per_s", "array_celery_tasks_per_s",
+        "raw Celery apply_async", 10_000.0, unit="tasks/s", more_is_better=True),
     # preemption (embedded, fake metadata server, bench/coop_job.py)
     Row("notice->signalled", "preempt_notice_to_signal_ms", "", "", None),
     Row("notice->requeued", "preempt_notice_to_requeued_ms", "preempt_notice_to_signal_ms",
@@ -104,26 +121,13 @@ ROWS = (
 
 
 # ---- measuring ---------------------------------------------------------------------------
-def measure(sizes: Sizes, keep: bool, log: Callable[[str], None]) -> tuple[dict[str, float],
-                                                                              list[str]]:
-    """All figures (ms unless named otherwise) and the errors of sections that broke."""
-    figures: dict[str, float] = {}
-    errors: list[str] = []
+def sections(sizes: Sizes, keep: bool) -> dict[str, Callable[[], dict[str, float]]]:
+    """Each part of the run by its name (`--only`), in the order they run."""
 
-    def section(name: str, fn: Callable[[], dict[str, float]]) -> None:
-        log(f"measuring {name} ...")
-        try:
-            figures.update(fn())
-        except Exception as e:  # noqa: BLE001 - report it, go on, exit non-zero at the end
-            if not isinstance(e, BenchError):
-                traceback.print_exc(file=sys.stderr)
-            errors.append(f"{name}: {e}")
-            log(f"  FAILED: {e}")
-
-    section("baseline fork/exec", lambda: baselines.fork_exec(sizes.fork_exec_runs))
-    section("baseline python -c pass", lambda: baselines.python_start(sizes.python_runs))
-    section("baseline sequential /bin/true",
-            lambda: baselines.sequential_true(sizes.turnover_jobs))
+    def base() -> dict[str, float]:
+        return {**baselines.fork_exec(sizes.fork_exec_runs),
+                **baselines.python_start(sizes.python_runs),
+                **baselines.sequential_true(sizes.turnover_jobs)}
 
     def cli() -> dict[str, float]:
         with EmbeddedStack(keep=keep) as stack:
@@ -137,10 +141,6 @@ def measure(sizes: Sizes, keep: bool, log: Callable[[str], None]) -> tuple[dict[
             with EmbeddedStack(keep=keep) as stack:
                 rounds.append(turnover.turnover(stack, sizes.turnover_jobs))
         return turnover.median_of(rounds)
-
-    section("tpuq submit (CLI) and submit->start", cli)
-    section(f"tpuq status with {status.JOBS} jobs", lambda: status.run(sizes.status_runs, keep))
-    section(f"turnover of {sizes.turnover_jobs} jobs", queue)
 
     def team_latency() -> dict[str, float]:
         with team.TeamStack(keep=keep) as stack:
@@ -167,14 +167,38 @@ def measure(sizes: Sizes, keep: bool, log: Callable[[str], None]) -> tuple[dict[
         return preempt.median_of([preempt.one_round(keep)
                                   for _ in range(sizes.preempt_rounds)])
 
-    section("team deployment: raw Celery and submit->start", team_latency)
-    section(f"team deployment: turnover of {sizes.team_turnover_jobs} jobs", team_queue)
-    section("preemption (embedded, fake metadata server)", preemption)
-    if policy.available():
-        section("scheduling pass (bench_policy.run)", policy.run)
-    else:
-        log("scheduling pass: skipped (bench/bench_policy.py not found)")
+    return {"baselines": base, "submit": cli,
+            "status": lambda: status.run(sizes.status_runs, keep),
+            "turnover": queue, "team": team_latency, "team-turnover": team_queue,
+            "arrays": lambda: arrays.figures(sizes.array_tasks),
+            "preemption": preemption, "policy": policy.run}
 
+
+def measure(sizes: Sizes, keep: bool, log: Callable[[str], None],
+            only: list[str] | None = None) -> tuple[dict[str, float], list[str]]:
+    """All figures (ms unless named otherwise) and the errors of sections that broke."""
+    figures: dict[str, float] = {}
+    errors: list[str] = []
+    for name, fn in sections(sizes, keep).items():
+        if only is not None and name not in only:
+            continue
+        if name == "policy" and not policy.available():
+            log("scheduling pass: skipped (bench/bench_policy.py not found)")
+            continue
+        log(f"measuring {name} ...")
+        try:
+            figures.update(fn())
+        except Exception as e:  # noqa: BLE001 - report it, go on, exit non-zero at the end
+            if not isinstance(e, BenchError):
+                traceback.print_exc(file=sys.stderr)
+            errors.append(f"{name}: {e}")
+            log(f"  FAILED: {e}")
+    floors(figures)
+    return figures, errors
+
+
+def floors(figures: dict[str, float]) -> None:
+    """The sums a row compares with: what any CLI-then-spawn path costs at the least."""
     for q in ("p50", "p95"):
         py, fork = f"python_pass_paired_{q}_ms", f"fork_exec_true_{q}_ms"
         if py in figures and fork in figures:
@@ -182,7 +206,6 @@ def measure(sizes: Sizes, keep: bool, log: Callable[[str], None]) -> tuple[dict[
         celery = f"celery_send_to_start_{q}_ms"
         if py in figures and celery in figures:
             figures[f"team_start_floor_{q}_ms"] = figures[py] + figures[celery]
-    return figures, errors
 
 
 # ---- reporting ---------------------------------------------------------------------------
@@ -194,13 +217,19 @@ def rows(figures: dict[str, float]) -> list[dict[str, object]]:
         value = figures[r.key]
         base = figures.get(r.baseline_key) if r.baseline_key else None
         ms = r.unit == "ms"
+        ratio = value / base if base else None
+        met = []
+        if r.target_ms is not None:
+            met.append(value >= r.target_ms if r.more_is_better else value <= r.target_ms)
+        if r.max_ratio is not None and ratio is not None:
+            met.append(ratio <= r.max_ratio)
         out.append({
             "figure": r.label, "key": r.key, "unit": r.unit, "value": value,
             "tpuq_ms": value if ms else None,
             "baseline": r.baseline_label or None, "baseline_ms": base,
-            "ratio": value / base if base else None,
-            "target": r.target_ms, "target_ms": r.target_ms if ms else None,
-            "met": None if r.target_ms is None else value <= r.target_ms,
+            "ratio": ratio, "target": r.target_ms, "target_ms": r.target_ms if ms else None,
+            "max_ratio": r.max_ratio, "more_is_better": r.more_is_better,
+            "met": all(met) if met else None,
         })
     return out
 
@@ -223,7 +252,19 @@ def _ms(v: float | None) -> str:
 def _value(v: float | None, unit: str) -> str:
     if unit == "ms" or v is None:
         return _ms(v)
+    if unit == "tasks/s":
+        return f"{v:,.0f}/s"
     return f"{v:g} {unit}"
+
+
+def _target(row: dict[str, Any]) -> str:
+    parts = []
+    if row["target"] is not None:
+        sign = ">=" if row["more_is_better"] else "<="
+        parts.append(f"{sign} {_value(row['target'], str(row['unit']))}")
+    if row["max_ratio"] is not None:
+        parts.append(f"<= {row['max_ratio']:g}x")
+    return ", ".join(parts) or "-"
 
 
 def print_table(figures: dict[str, float], table: list[dict[str, object]], sizes: Sizes,
@@ -257,15 +298,13 @@ def print_table(figures: dict[str, float], table: list[dict[str, object]], sizes
     print(head)
     print("-" * (len(head) + 30))
     for row in table:
-        target = row["target"]
         ratio = row["ratio"]
         verdict = {True: "ok", False: "MISSED", None: ""}[row["met"]]  # type: ignore[index]
         unit = str(row["unit"])
         print(f"{row['figure']:22s}{_value(row['value'], unit):>9s}"  # type: ignore[arg-type]
-              f"{_ms(row['baseline_ms']):>11s}"  # type: ignore[arg-type]
+              f"{_value(row['baseline_ms'], unit):>11s}"  # type: ignore[arg-type]
               f"{(f'{ratio:.1f}x' if ratio else '-'):>8s}  "
-              f"{('<= ' + _value(target, unit)) if target is not None else '-':>11s}  "  # type: ignore[arg-type]
-              f"{verdict:7s}{row['baseline'] or ''}")
+              f"{_target(row):>11s}  {verdict:7s}{row['baseline'] or ''}")
     extra = [("tpuq submit through the socket (no CLI)", "socket_submit_ms_per_job"),
              ("turnover: median gap between job ends", "turnover_gap_p50_ms"),
              ("turnover: longest gap", "turnover_gap_max_ms"),
@@ -297,13 +336,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.add_argument("--keep", action="store_true",
                    help="keep the temporary TPUQ_HOME directories (agent logs, database)")
+    p.add_argument("--only", metavar="SECTION,...",
+                   help=f"only these sections: {', '.join(sections(FULL, False))}")
+    p.add_argument("--against", metavar="REV",
+                   help="also measure commit REV (its own cached worktree and venv), "
+                        "section by section interleaved, and print the ratios")
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="with --against: run each section N times per side, alternated "
+                        "(figures: the median)")
     args = p.parse_args(argv)
     sizes = QUICK if args.quick else FULL
+    names = list(sections(sizes, False))
+    only = args.only.split(",") if args.only else None
+    unknown = set(only or ()) - set(names)
+    if unknown:
+        p.error(f"no section {', '.join(sorted(unknown))} (sections: {', '.join(names)})")
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    figures, errors = measure(sizes, args.keep, log)
+    if args.against:
+        return _against(args.against, only or names, args.quick, args.json, log, args.repeat)
+    figures, errors = measure(sizes, args.keep, log, only)
     table = rows(figures)
     meta = machine()
     if args.json:
@@ -312,6 +366,25 @@ def main(argv: list[str] | None = None) -> int:
         print()
     else:
         print_table(figures, table, sizes, meta, errors)
+    return 1 if errors else 0
+
+
+def _against(rev: str, names: list[str], quick: bool, as_json: bool,
+             log: Callable[[str], None], repeat: int) -> int:
+    sides = against.compare(rev, names, quick, log, repeat)
+    for side in sides.values():
+        floors(side["figures"])
+    table: dict[str, Any] = {k: rows(v["figures"]) for k, v in sides.items()}
+    errors = [e for v in sides.values() for e in v["errors"]]
+    if as_json:
+        json.dump({**machine(), "quick": quick, "against": rev, "sides": sides,
+                   "rows": table}, sys.stdout, indent=2)
+        print()
+    else:
+        print(f"tpuq benchmark, this tree against {rev}, {machine()['date']}, "
+              f"{'quick' if quick else 'full'} sizes, sections interleaved")
+        table.update({f"{k} figures": v["figures"] for k, v in sides.items()})
+        against.print_comparison(rev, table, errors)
     return 1 if errors else 0
 
 

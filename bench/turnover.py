@@ -19,6 +19,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 
 from bench.embedded import BenchError, EmbeddedStack, wait_for
+from bench.stats import percentile
 
 
 def _release(fifo: str, timeout: float = 10.0) -> None:
@@ -71,6 +72,7 @@ def turnover(stack: EmbeddedStack, jobs: int,
         "turnover_total_ms": total,
         "turnover_ms_per_job": total / jobs,
         "turnover_gap_p50_ms": statistics.median(gaps),
+        "turnover_gap_p95_ms": percentile(gaps, 95),
         "turnover_gap_max_ms": max(gaps),
         "turnover_agent_cpu_ms_per_job": cpu_ms / jobs,
         "socket_submit_ms_per_job": submit_ms_per_job,

@@ -10,11 +10,13 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from tpuq.jobenv import ARRAY_INDEX
 from tpuq.protocol import MAX_TASKS
 from tpuq.spec import JobSpec, SpecError
 
+MAX_INDEX = 10**9
 INDEX = ARRAY_INDEX
 _PART = re.compile(r"(\d+)(?:-(\d+)(?::(\d+))?)?\Z")
 
@@ -74,14 +76,43 @@ def compress(indices: list[int]) -> str:
     return ",".join(out)
 
 
-def task_specs(spec: JobSpec, indices: Sequence[int], args: Sequence[Sequence[str]]
-               ) -> list[JobSpec]:
-    """One spec per task: TPUQ_ARRAY_INDEX in its environment and, from an args file,
-    its own arguments after the command."""
+class Tasks(NamedTuple):
+    """An array's tasks, checked: the spec they share and what each adds to it."""
+
+    spec: JobSpec  # validated; every task runs it with its own index (and words)
+    indices: Sequence[int]
+    args: Sequence[Sequence[str]]  # per task, the words appended to the command, or ()
+
+    def command(self, n: int) -> list[str]:
+        return [*self.spec.command, *self.args[n]] if self.args else self.spec.command
+
+    def spec_of(self, n: int) -> JobSpec:
+        """Task n as a spec of its own: TPUQ_ARRAY_INDEX in its environment."""
+        return dataclasses.replace(self.spec, env={**self.spec.env,
+                                                   INDEX: str(self.indices[n])},
+                                   command=self.command(n))
+
+
+def checked_tasks(spec: JobSpec, indices: Sequence[int], args: Sequence[Sequence[str]]
+                  ) -> Tasks:
+    """The tasks of an array, each as valid as `JobSpec.validate` would find it.
+
+    A task differs from `spec` only by TPUQ_ARRAY_INDEX in its environment and its
+    words from an args file, so the spec is checked once, the task whose index is the
+    longest (the largest environment) in full, and each task's command: not 10,000
+    copies of the same environment."""
     if not indices or len(indices) > MAX_TASKS:
         raise SpecError(f"an array has 1 to {MAX_TASKS} tasks, not {len(indices)}")
     if args and len(args) != len(indices):
         raise SpecError(f"{len(args)} argument lines for {len(indices)} tasks")
-    return [dataclasses.replace(spec, env={**spec.env, INDEX: str(i)},
-                                command=[*spec.command, *(args[n] if args else ())])
-            for n, i in enumerate(indices)]
+    if not all(type(i) is int and 0 <= i <= MAX_INDEX for i in indices):
+        raise SpecError(f"array indices are whole numbers from 0 to {MAX_INDEX}")
+    if len(set(indices)) != len(indices):
+        raise SpecError("an array index appears twice")
+    tasks = Tasks(spec.validate(), list(indices), [list(a) for a in args])
+    widest = max(range(len(indices)), key=lambda n: len(str(indices[n])))
+    tasks.spec_of(widest).validate()
+    if args:
+        for n in range(len(indices)):
+            JobSpec.check_command(tasks.command(n))
+    return tasks

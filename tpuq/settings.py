@@ -109,6 +109,8 @@ def _default_home() -> str:
 
 @dataclass(frozen=True)
 class Settings:
+    """Every setting in effect (ENV names each one's variable; docs/reference.md)."""
+
     home: str = field(default_factory=_default_home)
     database_url: str = ""  # empty = embedded SQLite under home
     broker_url: str = ""  # empty = embedded (no broker; the agent socket is the doorbell)

@@ -73,6 +73,8 @@ def _default_grace() -> float:
 
 @dataclass
 class JobSpec:
+    """What a job asks for; every way into the queue calls `validate` first."""
+
     command: list[str]
     cwd: str
     owner: str
@@ -156,13 +158,16 @@ class JobSpec:
         self.option_sources = _sources(self.option_sources)
         return self
 
+    @staticmethod
+    def check_command(words: Any) -> list[str]:
+        """The check `validate` makes of a command (for the tasks of an array)."""
+        return _command(words)
+
     def to_dict(self) -> dict[str, Any]:
-        """Its fields, the containers copied (one level is all they have: asdict's deep
-        copy of every environment cost most of a batch submit)."""
-        out = {name: getattr(self, name) for name in SPEC_FIELDS}
-        for name, value in out.items():
-            if isinstance(value, (list, dict)):
-                out[name] = type(value)(value)
+        """The fields as plain data, lists and maps copied (what dataclasses.asdict gives for
+        these fields, whose items are text, without its deep copy: an array of 10,000
+        tasks spent most of its submission there); the later fields only when set."""
+        out = {f: _copied(getattr(self, f)) for f in SPEC_FIELDS}
         for name in LATER_FIELDS:
             if out[name] is None or out[name] is False:
                 del out[name]
@@ -187,6 +192,14 @@ class JobSpec:
         if missing:
             raise SpecError(f"missing job fields: {', '.join(sorted(missing))}")
         return cls(**data).validate()
+
+
+def _copied(value: Any) -> Any:
+    if isinstance(value, list):
+        return [v if isinstance(v, str) else _copied(v) for v in value]
+    if isinstance(value, dict):
+        return {k: v if isinstance(v, str) else _copied(v) for k, v in value.items()}
+    return value
 
 
 def _shown(value: Any, limit: int = 40) -> str:

@@ -147,9 +147,9 @@ class Api:
         with self.db.write() as s:
             warnings = admission.admit(s, spec, admin=caller.admin, open_team=self.settings.team)
             if req.array:
-                tasks = jobs.submit_array(s, arrays.task_specs(spec, req.array, req.array_args),
-                                          req.array, req.throttle, actor=caller.name,
-                                          held=req.held)
+                tasks = jobs.submit_array(s, arrays.checked_tasks(spec, req.array,
+                                                                  req.array_args),
+                                          req.throttle, actor=caller.name, held=req.held)
             else:
                 tasks = [jobs.submit(s, spec, actor=caller.name, held=req.held)]
             if req.function:

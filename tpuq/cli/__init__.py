@@ -1,6 +1,7 @@
 """The `tpuq` command line: thin Click commands over the library.
 
-- `main.py`        the command group and the one error path
+- `main.py`        the command table, the group and the one error path
+- `lazy.py`        the group that imports a subcommand's module only when it runs
 - `errors.py`      UserError / Unavailable, and library errors as one line
 - `context.py`     settings, the client, --json
 - `args.py`        argument types the commands share (a job id)

@@ -12,26 +12,87 @@ import sys
 import click
 
 from tpuq import __version__
-from tpuq.cli import (
-    admin,
-    agent_cmds,
-    control,
-    fleet,
-    history,
-    logs,
-    pod,
-    quota,
-    run,
-    show,
-    status,
-    submit,
-    wait,
-    web,
-)
 from tpuq.cli.errors import UserError, translate
+from tpuq.cli.lazy import Entry, LazyGroup
+
+# Every subcommand: its name, "module:attribute", and the line `tpuq --help` shows for it
+# (the command's own short help; tests/cli/test_command_table.py keeps them equal). A
+# command's module is imported only when that command runs, so `tpuq submit` never loads
+# Rich or SQLAlchemy. A new subcommand is one row here.
+COMMANDS: dict[str, Entry] = {
+    "submit": Entry("tpuq.cli.submit:submit",
+                    "Queue a job: a Python script or, after --, any command."),
+    "status": Entry("tpuq.cli.status:status",
+                    "Show jobs (open ones and the most recent finished) and hosts: what "
+                    "runs, whose, how far, and why the rest waits."),
+    "show": Entry("tpuq.cli.show:show",
+                  "Show a job: what was asked, each attempt (host, pid, exit, checkpoint), "
+                  "and events."),
+    "logs": Entry("tpuq.cli.logs:logs",
+                  "Print a job's output (stdout and stderr together); a job run more than "
+                  "once has each attempt under a header line."),
+    "run": Entry("tpuq.cli.run:run",
+                 "Run a command interactively on a TPU host: it waits in the queue like any "
+                 "job, then runs on this terminal, owning its chips; exits with the "
+                 "command's status."),
+    "wait": Entry("tpuq.cli.wait:wait",
+                  "Wait until the jobs end; exit 0 if all succeeded, else 10 failed, 11 "
+                  "cancelled, 12 timeout (the first such job's, in the order given)."),
+    "cancel": Entry("tpuq.cli.control:cancel", "Cancel jobs."),
+    "preempt": Entry("tpuq.cli.control:preempt",
+                     "Preempt running jobs as host maintenance would: signal, grace, "
+                     "requeue."),
+    "hold": Entry("tpuq.cli.control:hold", "Keep queued jobs from starting until released."),
+    "release": Entry("tpuq.cli.control:release", "Let held jobs run again."),
+    "update": Entry("tpuq.cli.control:update",
+                    "Change a job that has not started (as scontrol update): its priority, "
+                    "its time limit, or hold it."),
+    "resubmit": Entry("tpuq.cli.control:resubmit",
+                      "Queue new jobs from earlier ones' specs, each linked to its original "
+                      "and owned by you (someone else's job runs with your shell's "
+                      "environment, not theirs)."),
+    "drain": Entry("tpuq.cli.control:drain",
+                   "Stop giving work to HOST and preempt what runs there (requeued "
+                   "elsewhere; admins)."),
+    "undrain": Entry("tpuq.cli.control:undrain", "Let HOST take work again (admins)."),
+    "host": Entry("tpuq.cli.control:host", "Hosts as the deployment knows them (admins)."),
+    "agent": Entry("tpuq.cli.agent_cmds:agent",
+                   "Run the host agent in the foreground (one per TPU VM)."),
+    "db": Entry("tpuq.cli.agent_cmds:db",
+                "Database schema: `tpuq db upgrade` applies the migrations, `tpuq db "
+                "downgrade REV` takes them back (docs/upgrading.md)."),
+    "config": Entry("tpuq.cli.agent_cmds:config",
+                    "Show each setting's value in effect, where it came from (default, the "
+                    "config file, an environment variable) and the variable that sets it."),
+    "quota": Entry("tpuq.cli.quota:quota",
+                   "Show each team's chips in use and chip-hours this period against its "
+                   "limits."),
+    "whoami": Entry("tpuq.cli.admin:whoami",
+                    "Who tpuq takes you for (the kernel's or the database's word), and "
+                    "whether admin."),
+    "admin": Entry("tpuq.cli.admin:admin",
+                   "Admins change anyone's jobs, hosts, quotas and admins."),
+    "user": Entry("tpuq.cli.admin:user",
+                  "Login roles and broker accounts for the team deployment (run with the "
+                  "database owner's URL, and the broker URL of an account that may manage "
+                  "ACL users)."),
+    "pod": Entry("tpuq.cli.pod:pod",
+                 "A TPU pod slice's plumbing, from host 0: run a command everywhere, free "
+                 "the TPUs, set the pod up as a team deployment."),
+    "history": Entry("tpuq.cli.history:history",
+                     "Ended jobs over a period, with runtime, chips, and chip-hours charged "
+                     "and not charged (preemptions, host errors), like sacct."),
+    "usage": Entry("tpuq.cli.history:usage",
+                   "Chip-hours per user (or team) over a period: jobs ended, chip-hours "
+                   "charged and not charged (from the same records as `tpuq history`)."),
+    "fleet": Entry("tpuq.cli.fleet:fleet",
+                   "The team's TPU VMs, declared in a file and kept by a controller."),
+    "web": Entry("tpuq.cli.web:web", "Serve the dashboard (and /metrics) until Ctrl-C."),
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=LazyGroup, table=COMMANDS,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="tpuq")
 def cli() -> None:
     """tpuq: a job queue for people sharing Cloud TPU VMs.
@@ -53,26 +114,6 @@ def cli() -> None:
     Configuration comes from TPUQ_* environment variables or $TPUQ_HOME/config.toml;
     see `tpuq config`.
     """
-
-
-for command in (*submit.COMMANDS, *status.COMMANDS, *show.COMMANDS, *logs.COMMANDS,
-                *control.COMMANDS, *agent_cmds.COMMANDS, *quota.COMMANDS, *admin.COMMANDS,
-                *pod.COMMANDS, *wait.COMMANDS, *history.COMMANDS, *fleet.COMMANDS,
-                *web.COMMANDS, *run.COMMANDS):
-    cli.add_command(command)
-
-
-def _show_envvars(group: click.Group) -> None:
-    """`--help` names each option's environment variable (its own, or TPUQ_<CMD>_<OPT>)."""
-    for command in group.commands.values():
-        if isinstance(command, click.Group):
-            _show_envvars(command)
-        for param in command.params:
-            if isinstance(param, click.Option) and param.name not in ("help",):
-                param.show_envvar = True
-
-
-_show_envvars(cli)
 
 
 AUTO_ENV_PREFIX = "TPUQ"

@@ -44,18 +44,44 @@ Dispatch = Callable[[str, int, int], None]  # tell host to start (job_id, attemp
 Notify = Callable[[], None]
 
 
-def views(snap: snapshot.Snapshot, checkpoint_wait_s: float = 0.0
+# queued job id -> (its snapshot row, the jobs it waited for, its view), kept between the
+# passes of one scheduler: a deep queue changes little from one pass to the next
+ViewCache = dict[int, tuple[Any, tuple[int, ...], policy.JobView]]
+
+
+def job_views(snap: snapshot.Snapshot, cache: ViewCache | None = None) -> list[policy.JobView]:
+    """A view of each queued job; one whose row and dependencies are equal to those
+    cached is the cached view (the row holds every column a view is made of)."""
+    out = []
+    for r in snap.queued:
+        unmet = snap.unmet.get(r.id, ())
+        hit = cache.get(r.id) if cache is not None else None
+        if hit is not None and hit[0] == r and hit[1] == unmet:
+            out.append(hit[2])
+            continue
+        view = policy.JobView(id=r.id, team=r.team, user=r.owner, priority=r.priority,
+                              submitted_at=r.submitted_at, chips=r.chips, tpu_type=r.tpu_type,
+                              not_before=_later(r.not_before, r.begin_at),
+                              begin_at=r.begin_at, depends_on=unmet,
+                              est_hours=(r.time_limit_s or 0.0) / 3600.0,
+                              time_limit_s=r.time_limit_s, array_id=r.array_id,
+                              array_throttle=r.array_throttle, workers=r.workers)
+        if cache is not None:
+            cache[r.id] = (r, unmet, view)
+        out.append(view)
+    if cache is not None and len(cache) > len(out):
+        for gone in set(cache) - {v.id for v in out}:
+            del cache[gone]
+    return out
+
+
+def views(snap: snapshot.Snapshot, checkpoint_wait_s: float = 0.0,
+          cache: ViewCache | None = None
           ) -> tuple[list[policy.JobView], list[policy.HostView], dict[str, policy.TeamView]]:
     """`checkpoint_wait_s`: how long a job waits for the host holding its checkpoints
-    (Settings.checkpoint_wait_s), from the end of its last attempt."""
-    jobs = [policy.JobView(id=r.id, team=r.team, user=r.owner, priority=r.priority,
-                           submitted_at=r.submitted_at, chips=r.chips, tpu_type=r.tpu_type,
-                           not_before=_later(r.not_before, r.begin_at), begin_at=r.begin_at,
-                           depends_on=snap.unmet.get(r.id, ()),
-                           est_hours=(r.time_limit_s or 0.0) / 3600.0,
-                           time_limit_s=r.time_limit_s, array_id=r.array_id,
-                           array_throttle=r.array_throttle, workers=r.workers)
-            for r in snap.queued]
+    (Settings.checkpoint_wait_s), from the end of its last attempt. `cache`: the job
+    views of the last pass (job_views)."""
+    jobs = job_views(snap, cache)
     if snap.left_home:  # the few whose checkpoints are on one host's disk: they prefer it
         jobs = [_homed(j, snap.left_home[j.id], r, checkpoint_wait_s)
                 if j.id in snap.left_home else j for j, r in zip(jobs, snap.queued)]
@@ -105,11 +131,11 @@ def team_view(snap: snapshot.Snapshot, name: str) -> policy.TeamView:
         budget_period=usage.PERIOD_WORDS.get(row.budget_period, row.budget_period))
 
 
-def plan_for(s: Session, settings: Settings, recent_usage: dict[str, usage.Usage] | None = None
-             ) -> tuple[snapshot.Snapshot, policy.Plan]:
+def plan_for(s: Session, settings: Settings, recent_usage: dict[str, usage.Usage] | None = None,
+             cache: ViewCache | None = None) -> tuple[snapshot.Snapshot, policy.Plan]:
     snap = snapshot.read(s, settings.host_stale_s, settings.fair_share_half_life_h,
                          recent_usage)
-    jobs, hosts, teams = views(snap, settings.checkpoint_wait_s)
+    jobs, hosts, teams = views(snap, settings.checkpoint_wait_s, cache)
     return snap, policy.plan(jobs, hosts, teams, snap.now, array_running=snap.array_running,
                              tasks=snap.unmet_tasks)
 
@@ -133,6 +159,7 @@ class Scheduler:
         # passes while leading: count, total and last seconds (recorded with the lease)
         self.passes: tuple[int, float, float | None] = (0, 0.0, None)
         self._instance: str | None = None  # the database's id (checkpoint directories)
+        self._views: ViewCache = {}
 
     def run_pass(self) -> int:
         """One pass; returns how many jobs were assigned."""
@@ -145,7 +172,8 @@ class Scheduler:
             if doomed:
                 log.info("cancelled jobs %s: a job they wait for did not succeed", doomed)
             fresh = time.monotonic() - self._usage_at < USAGE_TTL_S
-            snap, plan = plan_for(s, self.settings, self._usage if fresh else None)
+            snap, plan = plan_for(s, self.settings, self._usage if fresh else None,
+                                  self._views)
             if not fresh:
                 self._usage, self._usage_at = snap.usage, time.monotonic()
             queued = {r.id: r for r in snap.queued}

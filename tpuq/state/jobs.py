@@ -6,15 +6,19 @@ which change a user command means.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Row, Table, insert, select
+from sqlalchemy import JSON, Row, Table, bindparam, func, insert, literal_column, select, type_coerce
+from sqlalchemy import cast as cast_
 from sqlalchemy import update as update_
 from sqlalchemy.orm import Session
+from sqlalchemy.types import UserDefinedType
 
 from tpuq import runfn
+from tpuq.arrays import INDEX, Tasks
 from tpuq.spec import SPEC_FIELDS, JobSpec
 from tpuq.state import admission, functions, queries
 from tpuq.state.attempts import release_chips
@@ -26,6 +30,21 @@ from tpuq.state.transitions import CHUNK, transition, transition_many
 from tpuq.submitopts import Resubmission
 
 JOBS = cast(Table, Job.__table__)
+EVENTS = cast(Table, JobEvent.__table__)
+
+
+class _EncodedJSON(UserDefinedType[str]):
+    """A JSON column's value given as JSON text already (PostgreSQL casts it ::JSON)."""
+
+    cache_ok = True
+
+    def get_col_spec(self, **kw: Any) -> str:
+        return "JSON"
+
+
+# an array's task: its command and environment given as JSON text already encoded
+_INSERT_TASK = insert(JOBS).values(command=type_coerce(bindparam("command_json"), _EncodedJSON()),
+                                   env=type_coerce(bindparam("env_json"), _EncodedJSON()))
 Q, H, A, R, P = (JobState.QUEUED, JobState.HELD, JobState.ASSIGNED, JobState.RUNNING,
                  JobState.PREEMPTING)
 
@@ -65,26 +84,48 @@ def submit(s: Session, spec: JobSpec, actor: str | None = None, held: bool = Fal
     return int(job_id)
 
 
-def submit_array(s: Session, specs: Sequence[JobSpec], indices: Sequence[int],
-                 throttle: int | None, actor: str | None = None, held: bool = False
-                 ) -> list[int]:
-    """Insert the tasks of an array in this one transaction (bulk statements, not a
-    loop of submits); the first task's id is the array's id. Returns the tasks' ids."""
-    for spec in specs:
-        spec.validate()
-    admission.check_shape(s, specs[0])  # every task has the same shape
+def submit_array(s: Session, tasks: Tasks, throttle: int | None, actor: str | None = None,
+                 held: bool = False) -> list[int]:
+    """Insert the tasks of an array (arrays.checked_tasks) in this one transaction; the
+    first task's id is the array's id. Returns the tasks' ids, in index order.
+
+    Core statements that send the rows a thousand to a statement (insertmanyvalues, which
+    SQLAlchemy uses for an INSERT with RETURNING: without, psycopg sends a statement per
+    row), not the ORM's unit of work: the first task alone (its id is the array's), then
+    the rest already carrying it, then their events. A task's environment is the spec's
+    with its TPUQ_ARRAY_INDEX: its JSON is the spec's, encoded once, with that member
+    added."""
+    spec = tasks.spec
+    admission.check_shape(s, spec)  # every task has the same shape
     state = H if held else Q
     now = float(s.execute(select(db_now())).scalar_one())  # one value for every row
-    rows = [{**spec.to_dict(), "workers": spec.workers, "state": state.value, "failures": 0, "preemptions": 0,
-             "attempt": 0, "submitted_at": now, "updated_at": now, "array_index": i,
-             "array_throttle": throttle} for spec, i in zip(specs, indices, strict=True)]
-    ids = [int(i) for i in s.scalars(insert(Job).returning(Job.id, sort_by_parameter_order=True),
-                                     rows)]
-    s.execute(update_(Job).where(Job.id.in_(ids)).values(array_id=ids[0]))
-    s.execute(insert(JobEvent), [
-        {"job_id": j, "at": now, "from_state": None, "to_state": state.value, "attempt": 0,
-         "reason": f"submitted (array {ids[0]}, task {i})", "actor": actor or specs[0].owner}
-        for j, i in zip(ids, indices, strict=True)])
+    common = {**spec.to_dict(), "workers": spec.workers, "state": state.value, "failures": 0,
+              "preemptions": 0, "attempt": 0, "submitted_at": now, "updated_at": now,
+              "array_throttle": throttle}
+    env = common.pop("env")
+    env.pop(INDEX, None)
+    head = json.dumps(env)[:-1] + (", " if env else "")
+    common.pop("command")
+    same_command = None if tasks.args else json.dumps(spec.command)
+    rows = [{**common, "array_index": i, "env_json": f"{head}{json.dumps(INDEX)}: \"{i}\"}}",
+             "command_json": same_command or json.dumps(tasks.command(n))}
+            for n, i in enumerate(tasks.indices)]
+    first = int(s.execute(_INSERT_TASK.returning(JOBS.c.id), rows[0]).scalar_one())
+    s.execute(update_(JOBS).where(JOBS.c.id == first).values(array_id=first))
+    by_index = {rows[0]["array_index"]: first}
+    if len(rows) > 1:
+        for row in rows[1:]:
+            row["array_id"] = first
+        by_index.update((index, job_id) for job_id, index in _insert_tasks(s, rows[1:]))
+    ids = [int(by_index[i]) for i in tasks.indices]
+    who = actor or spec.owner
+    events = [{"job_id": j, "at": now, "from_state": None, "to_state": state.value,
+               "attempt": 0, "reason": f"submitted (array {first}, task {i})", "actor": who}
+              for j, i in zip(ids, tasks.indices, strict=True)]
+    if s.get_bind().dialect.name == "postgresql":
+        s.execute(_from_json(EVENTS, list(events[0])), {"rows": json.dumps(events)})
+    else:
+        s.execute(insert(EVENTS), events)
     return ids
 
 
@@ -106,6 +147,34 @@ def submit_batch(s: Session, specs: Sequence[JobSpec], held: Sequence[bool],
         {"job_id": j, "at": now, "from_state": None, "to_state": r["state"], "attempt": 0,
          "reason": "submitted", "actor": actor} for j, r in zip(ids, rows, strict=True)])
     return ids
+
+
+def _insert_tasks(s: Session, rows: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    """(id, index) of each task inserted, in no particular order.
+
+    PostgreSQL: one INSERT ... SELECT over the rows as one JSON parameter
+    (json_populate_recordset). As insertmanyvalues' thousand-row pages, psycopg spent
+    most of an array's submission turning their named placeholders into its own. SQLite:
+    insertmanyvalues, RETURNING in no particular order (to keep the order it would send
+    a statement per row)."""
+    if s.get_bind().dialect.name != "postgresql":
+        return [(int(i), int(n)) for i, n in s.execute(
+            _INSERT_TASK.returning(JOBS.c.id, JOBS.c.array_index), rows)]
+    names = [n for n in rows[0] if n not in ("env_json", "command_json")]
+    encoded = ",".join(
+        f'{json.dumps({n: r[n] for n in names})[:-1]}, "env": {r["env_json"]}, '
+        f'"command": {r["command_json"]}}}' for r in rows)
+    stmt = _from_json(JOBS, [*names, "env", "command"]).returning(JOBS.c.id,
+                                                                   JOBS.c.array_index)
+    return [(int(i), int(n)) for i, n in s.execute(stmt, {"rows": f"[{encoded}]"})]
+
+
+def _from_json(table: Table, names: list[str]) -> Any:
+    """INSERT INTO table (names) the rows of a JSON array of objects (PostgreSQL)."""
+    rows = func.json_populate_recordset(literal_column(f"NULL::{table.name}"),
+                                        cast_(bindparam("rows"), JSON)).table_valued(*names)
+    return insert(table).from_select(names, select(*(rows.c[n] for n in names)),
+                                     include_defaults=False)
 
 
 @dataclass(frozen=True)
