@@ -20,6 +20,7 @@ tests/unit/test_layers.py):
 
 Leaf modules, stdlib only, used by every layer:
 
+- `errors.py`      the root of every tpuq error (`TpuqError`) and the failure kinds
 - `settings.py`    every setting and its environment variable, in one place
 - `spec.py`        what a person submits, and its validation
 - `arrays.py`      job arrays: the `--array` syntax, one spec per task
@@ -27,6 +28,7 @@ Leaf modules, stdlib only, used by every layer:
 - `jobenv.py`      the environment a job sees: every variable tpuq sets or removes
 - `checkpoints.py` where a job's checkpoints live (a shared root, or one host's disk)
 - `protocol.py`    the agent socket's typed requests and replies
+- `jobjson.py`     the job object of `status --json` and `show --json`, typed once
 - `localclient.py` the client side of that socket
 - `users.py`       uid -> user name
 - `destinations.py` where notifications may go: nothing on the host, link-local or ours

@@ -17,7 +17,9 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tpuq import localclient, protocol
+from tpuq.errors import TpuqError
 from tpuq.protocol import Failure, Refusal, Reply, Request
+from tpuq.state.states import TERMINAL, JobState
 
 if TYPE_CHECKING:
     from tpuq.api.caller import Caller
@@ -27,12 +29,11 @@ if TYPE_CHECKING:
 R = TypeVar("R", bound=Reply)
 
 
-class ClientError(Exception):
+class ClientError(TpuqError):
     """A request that was not carried out, with how (`kind`) and why, in one line."""
 
     def __init__(self, kind: Failure, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
+        super().__init__(message, kind)
         self.message = message
 
 
@@ -138,7 +139,6 @@ class Client:
 
 
 # ---- the Python API: functions and jobs from a notebook or a sweep driver ----------------------
-TERMINAL = ("succeeded", "failed", "cancelled", "timeout")
 FIRST_POLL_S, MAX_POLL_S = 0.2, 2.0  # asking again: quickly at first, then every 2 s
 
 
@@ -170,10 +170,12 @@ def wait_ended(state_of: Callable[[int], str], ids: Sequence[int], *,
         pause = min(pause * 1.5, MAX_POLL_S)
 
 
-class JobError(Exception):
+class JobError(TpuqError):
     """A job that gave no value: it failed before its function returned or raised (it
     could not start, was cancelled, timed out), or its function's exception could not be
     pickled (the remote traceback is the message)."""
+
+    KIND = Failure.CONFLICT
 
     def __init__(self, job_id: int, state: str, message: str) -> None:
         super().__init__(message)
@@ -301,7 +303,7 @@ class Job:
             raise JobError(self.id, state, f"job {self.id} {state} without a result: "
                                            f"{info.get('reason') or 'no reason recorded'}")
         kind, *rest = cloudpickle.loads(data)
-        if kind == "ok" and state == "succeeded":
+        if kind == "ok" and state == JobState.SUCCEEDED:
             return rest[0]
         if kind == "ok":
             raise JobError(self.id, state, f"job {self.id} {state} after its function "

@@ -13,17 +13,22 @@ from __future__ import annotations
 import socket
 
 from tpuq import protocol
+from tpuq.errors import TpuqError
 from tpuq.protocol import Failure, Refusal, Reply, Request
 
 
-class AgentUnavailable(OSError):
+class AgentUnavailable(TpuqError, OSError):
     """Nobody answers on the socket, or the agent there serves another deployment: the
     request was not carried out, so the caller may do it another way."""
 
+    KIND = Failure.UNAVAILABLE
 
-class AgentNoAnswer(OSError):
+
+class AgentNoAnswer(TpuqError, OSError):
     """The request reached an agent but no answer came back: it may have been carried
     out (a submit committed just before the agent died), so it must not be redone."""
+
+    KIND = Failure.UNAVAILABLE
 
 
 def call(path: str, request: Request, timeout: float = 30.0) -> Reply:

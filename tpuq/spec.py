@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tpuq.errors import TpuqError
 from tpuq.settings import Settings
 from tpuq.shapes import canonical, slice_hosts
 
@@ -59,7 +60,7 @@ _TPU_TYPE = re.compile(r"[a-z0-9][a-z0-9-]*\Z")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
-class SpecError(ValueError):
+class SpecError(TpuqError, ValueError):
     """A user mistake in a job spec; the message is shown as is."""
 
 

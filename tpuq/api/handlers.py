@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from tpuq import arrays, runfn
+from tpuq import arrays, jobjson, runfn
 from tpuq.api import logs, views
 from tpuq.api.caller import Caller, Denied, not_found, owned_job, require_admin
 from tpuq.fleet import costs, report
@@ -74,7 +74,7 @@ from tpuq.state import (
     usage,
 )
 from tpuq.state.db import Database
-from tpuq.state.states import StopRequest
+from tpuq.state.states import JobState, StopRequest
 
 log = logging.getLogger("tpuq.api")
 RESULT_CHUNK = 512 * 1024  # bytes of a function's outcome per reply (base64 stays < 1 MiB)
@@ -113,10 +113,8 @@ class Api:
             return Refusal(kind=Failure.BAD_REQUEST, error=f"{req.OP} is not served here")
         try:
             return handler(req, caller)
-        except Denied as d:
-            return Refusal(kind=d.kind, error=d.message)
-        except (SpecError, teams.TeamError) as e:
-            return Refusal(kind=Failure.REFUSED, error=str(e))
+        except (Denied, SpecError, teams.TeamError, hosts.HostLive) as e:
+            return Refusal(kind=e.kind, error=str(e))
         except Exception as e:
             kind = outage.refusal(e)
             if kind is None:
@@ -191,13 +189,13 @@ class Api:
             over: dict[str, list[dict[str, Any]]] = {}
             for r in logusage.over_budget(s):
                 over.setdefault(r.place, []).append(views.budget_object(r))
-        queued = any(r.state == "queued" for r in rows)
+        queued = any(r.state == JobState.QUEUED for r in rows)
         reasons = self.reasons() if queued and not req.starts else {}
         starts = self.starts() if queued and req.starts else {}
         stale = self.settings.host_stale_s
-        return JobList(jobs=[views.job_object(r, caller, waiting=reasons.get(r.id),
-                                              current=current.get(r.id),
-                                              start=starts.get(r.id)) for r in rows],
+        return JobList(jobs=jobjson.to_json([
+            views.listed_job(r, waiting=reasons.get(r.id), current=current.get(r.id),
+                             start=starts.get(r.id)) for r in rows]),
                        hosts=[views.host_object(h, j, now, stale, min_code, over.get(h.name))
                               for h, j in host_rows], now=now, fleet=fleet)
 
@@ -212,15 +210,11 @@ class Api:
             gang = gangs.workers_of(s, [req.id]).get(req.id, [])
             told = outbox.of_jobs(s, [req.id]).get(req.id, [])
             over = [views.budget_object(r) for r in logusage.over_budget(s, row.owner)]
-        waiting = self.reasons().get(req.id) if row.state == "queued" else None
-        obj = views.job_object(row, caller, env=env, waiting=waiting)
-        obj["attempt_list"] = [views.attempt_object(a) for a in atts]
-        if gang:  # a slice job: its current attempt's workers
-            obj["worker_list"] = [views.worker_object(w) for w in gang]
-        obj["events"] = [views.event_object(e) for e in events]
-        obj["notifications"] = [views.notification_object(n) for n in told]
-        obj["logs_over_budget"] = over
-        return JobDetail(job=obj)
+        waiting = self.reasons().get(req.id) if row.state == JobState.QUEUED else None
+        return JobDetail(job=jobjson.shown_to_json(views.shown_job(
+            row, caller, env, waiting, [views.attempt_object(a) for a in atts],
+            [views.worker_object(w) for w in gang], [views.event_object(e) for e in events],
+            [views.notification_object(n) for n in told], over)))
 
     def read_log(self, req: ReadLog, caller: Caller) -> Reply:
         return logs.read(self.settings, self.db, self.here, req, caller)
@@ -287,11 +281,8 @@ class Api:
     def forget_host(self, req: ForgetHost, caller: Caller) -> Reply:
         require_admin(caller, "forget hosts")
         with self.db.write() as s:
-            try:
-                if not hosts.forget(s, req.host, self.settings.host_stale_s):
-                    raise not_found(f"no host named {req.host!r} (see `tpuq status`)")
-            except hosts.HostLive as e:
-                raise Denied(Failure.CONFLICT, str(e)) from None
+            if not hosts.forget(s, req.host, self.settings.host_stale_s):
+                raise not_found(f"no host named {req.host!r} (see `tpuq status`)")
         return Done(message=f"{req.host}: forgotten (its agent registers it again if it starts)")
 
     def history(self, req: History, caller: Caller) -> Reply:

@@ -1,4 +1,5 @@
-"""Database rows as the JSON objects the CLI prints and scripts read (README: JSON contract).
+"""Database rows as the JSON objects the CLI prints and scripts read (the job object's
+type is tpuq/jobjson.py; the contract, docs/reference.md "The JSON contract").
 
 Environment values a job captured from its owner's shell are the owner's: anyone else
 (admins aside) sees their names only.
@@ -7,21 +8,26 @@ Environment values a job captured from its owner's shell are the owner's: anyone
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from tpuq.api.caller import Caller
+from tpuq.jobjson import (
+    AttemptObject,
+    EventObject,
+    JobObject,
+    ListedJob,
+    NotificationObject,
+    ShownJob,
+    WorkerObject,
+)
 from tpuq.state import hosts as hosts_mod
 
 HIDDEN = "(hidden)"  # what a job's env value looks like to anyone but its owner and admins
 
 
-def job_object(row: Any, viewer: Caller, env: Mapping[str, str] | None = None,
-               waiting: str | None = None, current: Any = None,
-               start: Any = None) -> dict[str, Any]:
-    """The stable JSON shape of a job. `env` only for `show`; `current` (its latest
-    attempt) for `status`; `start` (a forecast.Start) for `status --start`, which adds
-    `expected_start` (epoch s, or None: no estimate) and the reason in `waiting_for`."""
-    obj = {
+def job_object(row: Any, waiting: str | None = None, current: Any = None) -> JobObject:
+    """The stable JSON shape of a job; `current` (its latest attempt) for `status`."""
+    return {
         "id": row.id, "name": row.name, "state": row.state, "attempts": row.attempt,
         "host": row.host, "exit_code": row.exit_code, "exit_signal": row.exit_signal,
         "command": list(row.command), "cwd": row.cwd, "owner": row.owner, "team": row.team,
@@ -45,8 +51,14 @@ def job_object(row: Any, viewer: Caller, env: Mapping[str, str] | None = None,
         "checkpoint_dir": getattr(row, "checkpoint_dir", None),
         "checkpoint_host": getattr(row, "checkpoint_host", None),
     }
-    if env is not None:
-        obj["env"] = dict(env) if viewer.owns(row.owner) else dict.fromkeys(env, HIDDEN)
+
+
+def listed_job(row: Any, waiting: str | None = None, current: Any = None,
+               start: Any = None) -> ListedJob:
+    """A job of `status`; `start` (a forecast.Start) for `status --start`, which adds
+    `expected_start` (epoch s, or None: no estimate) and the reason in `waiting_for`."""
+    # a JobObject is a ListedJob without the keys of --start: no copy on the hot path
+    obj = cast(ListedJob, job_object(row, waiting, current))
     if start is not None:
         obj["expected_start"] = start.at
         obj["position"] = start.position
@@ -54,7 +66,24 @@ def job_object(row: Any, viewer: Caller, env: Mapping[str, str] | None = None,
     return obj
 
 
-def attempt_object(a: Any) -> dict[str, Any]:
+def shown_job(row: Any, viewer: Caller, env: Mapping[str, str], waiting: str | None,
+              attempts: list[AttemptObject], workers: list[WorkerObject],
+              events: list[EventObject], told: list[NotificationObject],
+              over_budget: list[dict[str, Any]]) -> ShownJob:
+    """`show`'s job object: the job, its environment (values only for its owner and
+    admins), attempts, a slice job's workers, events, messages, logs over budget."""
+    obj = cast(ShownJob, job_object(row, waiting=waiting))
+    obj["env"] = dict(env) if viewer.owns(row.owner) else dict.fromkeys(env, HIDDEN)
+    obj["attempt_list"] = attempts
+    if workers:  # a slice job: its current attempt's workers
+        obj["worker_list"] = workers
+    obj["events"] = events
+    obj["notifications"] = told
+    obj["logs_over_budget"] = over_budget
+    return obj
+
+
+def attempt_object(a: Any) -> AttemptObject:
     return {"number": a.number, "host": a.host, "chips": list(a.chips or ()), "pid": a.pid,
             "boot_id": a.boot_id, "started_at": a.started_at, "ended_at": a.ended_at,
             "outcome": a.outcome, "exit_code": a.exit_code, "exit_signal": a.exit_signal,
@@ -63,13 +92,13 @@ def attempt_object(a: Any) -> dict[str, Any]:
             "eta_at": a.eta_at, "started_over": getattr(a, "started_over", None)}
 
 
-def notification_object(n: Any) -> dict[str, Any]:
+def notification_object(n: Any) -> NotificationObject:
     """One message to the job's owner (its destinations are never shown: tokens)."""
     return {"event": n.event, "state": n.state, "tries": n.tries, "at": n.created_at,
             "sent_at": n.sent_at, "error": n.last_error, "detail": getattr(n, "detail", None)}
 
 
-def event_object(e: Any) -> dict[str, Any]:
+def event_object(e: Any) -> EventObject:
     return {"at": e.at, "from": e.from_state, "to": e.to_state, "attempt": e.attempt,
             "reason": e.reason, "actor": e.actor}
 
@@ -104,7 +133,7 @@ def budget_object(row: Any) -> dict[str, Any]:
                     "running job's are kept"}
 
 
-def worker_object(w: Any) -> dict[str, Any]:
+def worker_object(w: Any) -> WorkerObject:
     """One worker of a slice job's attempt (`show`)."""
     return {"worker": w.worker, "attempt": w.attempt, "host": w.host, "state": w.state,
             "pid": w.pid, "outcome": w.outcome, "exit_code": w.exit_code,

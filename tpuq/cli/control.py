@@ -13,6 +13,7 @@ from tpuq.cli.args import JOB_ID
 from tpuq.cli.errors import EXIT, Refused, UserError
 from tpuq.protocol import Action, Failure
 from tpuq.spec import SpecError, parse_duration
+from tpuq.state.states import OPEN, in_order
 
 
 def _act(ids: tuple[int, ...], action: Action, as_json: bool,
@@ -48,8 +49,7 @@ array_option = click.option("--array", "arrays", multiple=True, type=JOB_ID, met
 @click.argument("job_ids", nargs=-1, type=JOB_ID)
 @array_option
 @click.option("--mine", is_flag=True, help="Every job of mine not ended yet (with the filters).")
-@click.option("--state", "states", multiple=True,
-              type=click.Choice(("queued", "held", "assigned", "running", "preempting")),
+@click.option("--state", "states", multiple=True, type=click.Choice(in_order(OPEN)),
               help="With --mine: only jobs in this state (repeatable).")
 @click.option("--name", "name_pattern", help="With --mine: only jobs whose NAME matches (glob).")
 @click.option("-y", "--yes", is_flag=True, help="Do not ask (scripts): cancel what --mine finds.")
@@ -84,7 +84,7 @@ def _mine(states: tuple[str, ...], name_pattern: str | None, yes: bool) -> list[
     from tpuq.protocol import Identity, JobList, ListJobs, WhoAmI
 
     me = context.ask(WhoAmI(), Identity).user
-    open_states = list(states) or ["queued", "held", "assigned", "running", "preempting"]
+    open_states = list(states) or list(in_order(OPEN))
     jobs = context.ask(ListJobs(owner=me, states=open_states), JobList).jobs
     picked = [j for j in jobs
               if name_pattern is None or fnmatch.fnmatch(job_name(j), name_pattern)]

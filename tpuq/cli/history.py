@@ -11,8 +11,9 @@ import click
 from tpuq.cli import context, render
 from tpuq.cli.status import job_name
 from tpuq.spec import SpecError, parse_duration
+from tpuq.state.states import TERMINAL, in_order
 
-ENDED = ("succeeded", "failed", "cancelled", "timeout")
+ENDED = in_order(TERMINAL)
 CSV_FIELDS = ("id", "name", "owner", "team", "state", "chips", "tpu_type", "attempts",
               "submitted_at", "ended_at", "runtime_s", "chip_hours", "chip_hours_not_charged")
 

@@ -9,6 +9,7 @@ import click
 
 from tpuq.cli import context, render
 from tpuq.cli.args import JOB_ID
+from tpuq.state.states import Outcome
 
 
 @click.command()
@@ -108,7 +109,7 @@ def _attempt_line(a: dict[str, Any]) -> str:
     if a.get("started_over"):
         text += f"\n      started over: {a['started_over']}"
     step, step_at = a["checkpoint_step"], a["checkpoint_at"]
-    if a["outcome"] == "preempted":
+    if a["outcome"] == Outcome.PREEMPTED:
         text += f"\n      preempted at {render.clock(a['ended_at'])}"
         if step is not None:
             lost = (a["ended_at"] or 0) - (step_at or 0)

@@ -17,9 +17,9 @@ import click
 
 from tpuq.cli import context, render
 from tpuq.spec import job_label
+from tpuq.state.states import ACTIVE, LIVE, WAITING, JobState, StopRequest, in_order
 
-STATES = ("queued", "held", "assigned", "running", "preempting", "succeeded", "failed",
-          "cancelled", "timeout")
+STATES = tuple(st.value for st in JobState)
 PIPE_WIDTH = 1000  # no terminal: rows are not cut (scripts should read --json)
 
 
@@ -33,7 +33,7 @@ def job_name(j: dict[str, Any]) -> str:
 
 
 def shown_state(j: dict[str, Any]) -> str:
-    if j["state"] == "preempting" and j.get("stop_request") == "cancel":
+    if j["state"] == JobState.PREEMPTING and j.get("stop_request") == StopRequest.CANCEL:
         return "cancelling"
     return str(j["state"])
 
@@ -45,14 +45,14 @@ def progress(j: dict[str, Any], now: float) -> str:
         return "-"
     total = j.get("total")
     text = f"step {j['step']}/{total}" if total else f"step {j['step']}"
-    if total and j.get("eta_at") and j["state"] in ("running", "preempting"):
+    if total and j.get("eta_at") and j["state"] in LIVE:
         return f"{text}, ETA {render.duration(j['eta_at'] - now)}"
     return text + (f" ({render.ago(j['step_at'], now)} ago)" if j.get("step_at") else "")
 
 
 def age(j: dict[str, Any], now: float) -> str:
     """Queued: since submit; running: its runtime; ended: since it ended."""
-    if j["state"] in ("running", "preempting", "assigned") and j.get("started_at"):
+    if j["state"] in ACTIVE and j.get("started_at"):
         return render.ago(j["started_at"], now)
     if j.get("ended_at"):
         return render.ago(j["ended_at"], now) + " ago"
@@ -60,9 +60,9 @@ def age(j: dict[str, Any], now: float) -> str:
 
 
 def reason(j: dict[str, Any]) -> str:
-    if j["state"] == "queued":
+    if j["state"] == JobState.QUEUED:
         return str(j.get("waiting_for") or "")
-    if j["state"] == "held":
+    if j["state"] == JobState.HELD:
         return j.get("reason") or f"held: `tpuq release {j['id']}` lets it run"
     return str(j.get("reason") or "")
 
@@ -70,7 +70,7 @@ def reason(j: dict[str, Any]) -> str:
 def start(j: dict[str, Any], now: float) -> str:
     """When a queued job should start (`--start`): now, or in how long and at what
     local time; `-` when no estimate can be given (REASON says why)."""
-    if j["state"] != "queued" or "expected_start" not in j:
+    if j["state"] != JobState.QUEUED or "expected_start" not in j:
         return "-"
     at = j["expected_start"]
     if at is None:
@@ -113,9 +113,9 @@ COLUMNS: dict[str, tuple[str, Cell]] = {
 }
 DEFAULT = "id,name,user,state,chips,host,progress,time,reason"
 STARTS = "id,name,user,state,chips,time,start,reason"  # --start, as squeue --start
-COLOURS = {"running": "green", "succeeded": "green", "failed": "red", "timeout": "red",
-           "cancelled": "yellow", "cancelling": "yellow", "preempting": "yellow",
-           "held": "blue"}
+COLOURS = {JobState.RUNNING: "green", JobState.SUCCEEDED: "green", JobState.FAILED: "red",
+           JobState.TIMEOUT: "red", JobState.CANCELLED: "yellow", "cancelling": "yellow",
+           JobState.PREEMPTING: "yellow", JobState.HELD: "blue"}
 
 
 def parse_format(text: str) -> list[str]:
@@ -165,7 +165,7 @@ def status(show_all: bool, mine: bool, user: str | None, team_filter: str | None
     exit_code, command, waiting_for, started_at, step, ...).
     """
     if starts:
-        states = states or ("queued", "held")
+        states = states or in_order(WAITING)
         fmt = STARTS if fmt == DEFAULT else fmt
     columns = parse_format(fmt)
     owner = user
@@ -222,7 +222,7 @@ def collapse(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     rows: dict[tuple[int, str], dict[str, Any]] = {}
     for j in jobs:
-        if j.get("array_id") is None or j["state"] not in ("queued", "held"):
+        if j.get("array_id") is None or j["state"] not in WAITING:
             out.append(j)
             continue
         key = (j["array_id"], j["state"])

@@ -20,6 +20,7 @@ from tpuq.cli import context
 from tpuq.cli.args import JOB_ID
 from tpuq.cli.errors import UserError
 from tpuq.spec import JobSpec, SpecError, notify_asked, parse_duration
+from tpuq.state.states import JobState
 
 if TYPE_CHECKING:
     from tpuq.settings import Settings
@@ -161,7 +162,7 @@ def submit(command: tuple[str, ...], name: str | None, chips: int | None, tpu_ty
     array = _array(array_spec, args_file)
     job_id, tasks, notes = _send(cfg, spec, hold, job_ids(after, "--after"),
                                  job_ids(after_any, "--after-any"), array)
-    state = "held" if hold else "queued"
+    state = JobState.HELD if hold else JobState.QUEUED
     if as_json:
         context.echo_json({"id": job_id, "state": state, **({"tasks": tasks} if tasks else {})})
     elif quiet:

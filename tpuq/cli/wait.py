@@ -13,8 +13,10 @@ import click
 
 from tpuq.cli import context
 from tpuq.cli.args import JOB_ID
+from tpuq.state.states import JobState
 
-OUTCOME_EXIT = {"succeeded": 0, "failed": 10, "cancelled": 11, "timeout": 12}
+OUTCOME_EXIT: dict[str, int] = {JobState.SUCCEEDED: 0, JobState.FAILED: 10,
+                                 JobState.CANCELLED: 11, JobState.TIMEOUT: 12}
 
 
 def outcome_exit(state: str) -> int:
@@ -35,7 +37,7 @@ def wait_for(ids: Sequence[int], *, say: bool = True) -> dict[int, str]:
 
 
 def exit_status(ended: dict[int, str], ids: Sequence[int]) -> int:
-    return next((outcome_exit(ended[i]) for i in ids if ended[i] != "succeeded"), 0)
+    return next((outcome_exit(ended[i]) for i in ids if ended[i] != JobState.SUCCEEDED), 0)
 
 
 @click.command()

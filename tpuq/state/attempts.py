@@ -33,7 +33,7 @@ from tpuq.state import hosts
 from tpuq.state.clock import db_now, from_now
 from tpuq.state.db import SCHEMA_HEAD
 from tpuq.state.models import Allocation, Attempt, Job
-from tpuq.state.states import ACTIVE, NOT_CHARGED, JobState, Outcome
+from tpuq.state.states import ACTIVE, EVENT_RESTARTED, NOT_CHARGED, JobState, Outcome, StopRequest
 from tpuq.state.transitions import JOBS, Rider, notification_rider, transition_returning
 
 Q, A, R, P = JobState.QUEUED, JobState.ASSIGNED, JobState.RUNNING, JobState.PREEMPTING
@@ -66,7 +66,7 @@ def assign(s: Session, job_id: int, attempt_now: int, host: str, chips: Sequence
         if checkpoint.fresh:
             values["checkpoint_seen_at"] = None
     if over is not None:
-        riders.append(notification_rider("restarted", over))
+        riders.append(notification_rider(EVENT_RESTARTED, over))
     said = reason or f"assigned to {host} chips {','.join(map(str, chips))}"
     row = transition_returning(
         s, job_id, Q, A, attempt=attempt_now, actor="scheduler",
@@ -321,10 +321,13 @@ def finish_recorded(s: Session, job_id: int, attempt: int, host: str | None, end
 # a job that saves and exits 0 after its preemption notice still has work left to do.
 # Except a job that succeeded before the stop signal reached it: its work is done, and
 # running it again would do it twice.
-STOP_OUTCOME = {"cancel": Outcome.CANCELLED, "preempt": Outcome.PREEMPTED,
-                "timeout": Outcome.TIMEOUT}
-STOP_WORDS = {"cancel": "cancelled", "preempt": "preempted", "timeout": "time limit reached"}
-STOP_NOUNS = {"cancel": "cancel", "preempt": "preemption", "timeout": "time limit"}
+STOP_OUTCOME: dict[str, Outcome] = {StopRequest.CANCEL: Outcome.CANCELLED,
+                                     StopRequest.PREEMPT: Outcome.PREEMPTED,
+                                     StopRequest.TIMEOUT: Outcome.TIMEOUT}
+STOP_WORDS: dict[str, str] = {StopRequest.CANCEL: "cancelled", StopRequest.PREEMPT: "preempted",
+                               StopRequest.TIMEOUT: "time limit reached"}
+STOP_NOUNS: dict[str, str] = {StopRequest.CANCEL: "cancel", StopRequest.PREEMPT: "preemption",
+                               StopRequest.TIMEOUT: "time limit"}
 
 
 def effective_ending(stop_request: str | None, end: Ending, why: str | None = None) -> Ending:

@@ -177,12 +177,12 @@ def request_stop(s: Session, job_id: int, actor: str, kind: StopRequest,
 
 def hold(s: Session, job_id: int, actor: str) -> Result:
     ok = transition(s, job_id, [Q], H, reason=f"held by {actor}", actor=actor)
-    return Result(job_id, ok, "held" if ok else _why_not(s, job_id, "queued"))
+    return Result(job_id, ok, "held" if ok else _why_not(s, job_id, JobState.QUEUED))
 
 
 def release(s: Session, job_id: int, actor: str) -> Result:
     ok = transition(s, job_id, [H], Q, reason=f"released by {actor}", actor=actor)
-    return Result(job_id, ok, "released" if ok else _why_not(s, job_id, "held"))
+    return Result(job_id, ok, "released" if ok else _why_not(s, job_id, JobState.HELD))
 
 
 def _why_not(s: Session, job_id: int, needed: str) -> str:

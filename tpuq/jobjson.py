@@ -1,0 +1,151 @@
+"""The job object: what `tpuq status --json` lists and `tpuq show --json` prints, one type.
+
+The handlers build it (tpuq/api/views.py), the CLI, the dashboard and the Python API read
+it: they share these TypedDicts, so a key is spelled once and mypy checks every read. The
+contract for scripts is the table in docs/reference.md "The JSON contract"
+(tests/unit/test_docs.py checks it names exactly these keys).
+
+A TypedDict is the dict itself: nothing is copied or converted on the way out, which keeps
+`tpuq status` as fast as before. Times are epoch seconds, as the database keeps them.
+Stdlib only: the socket client imports it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict, cast
+
+
+class JobObject(TypedDict):
+    """Every job object has these keys (None where the job has no such value yet)."""
+
+    id: int
+    name: str | None  # --name; None: shown as its script's file name
+    state: str  # a JobState value (tpuq/state/states.py)
+    attempts: int  # attempts started so far
+    host: str | None  # where it runs or last ran
+    exit_code: int | None
+    exit_signal: int | None
+    command: list[str]
+    cwd: str
+    owner: str
+    team: str
+    chips: int | None  # None: the whole host
+    tpu_type: str | None  # None: any type
+    priority: int
+    preemptions: int
+    failures: int
+    max_retries: int
+    submitted_at: float
+    ended_at: float | None
+    reason: str | None  # why it last changed state
+    waiting_for: str | None  # a queued job: what it waits for
+    resubmit_of: int | None
+    stop_signal: str
+    grace_s: float
+    time_limit_s: float | None
+    stop_request: str | None  # a StopRequest value while a stop is under way
+    notify: str | None
+    array_id: int | None
+    array_index: int | None
+    env_dropped: list[str]  # TPU variables of the submitter's shell the job does not get
+    started_at: float | None  # the latest attempt's (status)
+    step: int | None  # its last reported checkpoint step (status)
+    step_at: float | None
+    total: int | None  # the step count it expects (status)
+    eta_at: float | None  # when it should end, from its steps (status)
+    checkpoint_dir: str | None
+    checkpoint_host: str | None  # the host holding its checkpoints, if only that one can
+
+
+class ListedJob(JobObject, total=False):
+    """A job of `status --start`: when it should start, and its place in the queue."""
+
+    expected_start: float | None  # None: no estimate can be given (waiting_for says why)
+    position: int  # 1 = the next the scheduler considers
+
+
+class AttemptObject(TypedDict):
+    number: int
+    host: str
+    chips: list[int]
+    pid: int | None
+    boot_id: str | None
+    started_at: float | None
+    ended_at: float | None
+    outcome: str | None  # an Outcome value; None while it runs
+    exit_code: int | None
+    exit_signal: int | None
+    reason: str | None
+    log_path: str | None
+    checkpoint_step: int | None
+    checkpoint_at: float | None
+    checkpoint_total: int | None
+    eta_at: float | None
+    started_over: str | None
+
+
+class WorkerObject(TypedDict):
+    worker: int
+    attempt: int
+    host: str
+    state: str
+    pid: int | None
+    outcome: str | None
+    exit_code: int | None
+    exit_signal: int | None
+    reason: str | None
+
+
+class NotificationObject(TypedDict):
+    event: str  # the job's new state, or "preempted", "restarted"
+    state: str  # pending, sent, failed, skipped
+    tries: int
+    at: float
+    sent_at: float | None
+    error: str | None
+    detail: str | None
+
+
+# "from" is a keyword: the functional form
+EventObject = TypedDict("EventObject", {
+    "at": float, "from": "str | None", "to": str, "attempt": int, "reason": "str | None",
+    "actor": "str | None"})
+
+
+class _ShownJob(JobObject):
+    env: dict[str, str]  # names and values; values "(hidden)" to anyone but owner and admins
+    attempt_list: list[AttemptObject]
+    events: list[EventObject]
+    notifications: list[NotificationObject]
+    logs_over_budget: list[dict[str, Any]]
+
+
+class ShownJob(_ShownJob, total=False):
+    """`tpuq show ID --json`: the job, with its attempts, events and messages."""
+
+    worker_list: list[WorkerObject]  # a slice job: its current attempt's workers
+
+
+def keys_of(kind: type) -> frozenset[str]:
+    """Every key a job object type may have (required or not)."""
+    return frozenset(getattr(kind, "__required_keys__", frozenset())) | \
+        frozenset(getattr(kind, "__optional_keys__", frozenset()))
+
+
+# The protocol carries plain JSON objects; these say what they are, at no cost.
+def to_json(jobs: list[ListedJob]) -> list[dict[str, Any]]:
+    return cast("list[dict[str, Any]]", jobs)
+
+
+def shown_to_json(job: ShownJob) -> dict[str, Any]:
+    return cast("dict[str, Any]", job)
+
+
+def from_json(jobs: list[dict[str, Any]]) -> list[ListedJob]:
+    """A JobList reply's `jobs`."""
+    return cast("list[ListedJob]", jobs)
+
+
+def shown_from_json(job: dict[str, Any]) -> ShownJob:
+    """A JobDetail reply's `job`."""
+    return cast("ShownJob", job)
