@@ -81,11 +81,12 @@ def _mine(states: tuple[str, ...], name_pattern: str | None, yes: bool) -> list[
     import sys
 
     from tpuq.cli.status import job_name
+    from tpuq.jobjson import from_json
     from tpuq.protocol import Identity, JobList, ListJobs, WhoAmI
 
     me = context.ask(WhoAmI(), Identity).user
     open_states = list(states) or list(in_order(OPEN))
-    jobs = context.ask(ListJobs(owner=me, states=open_states), JobList).jobs
+    jobs = from_json(context.ask(ListJobs(owner=me, states=open_states), JobList).jobs)
     picked = [j for j in jobs
               if name_pattern is None or fnmatch.fnmatch(job_name(j), name_pattern)]
     if not picked:
