@@ -367,6 +367,21 @@ def show_size(n: int) -> str:
     return f"{n} B"  # unreachable: the loop ends at TiB
 
 
+def format_duration(seconds: float) -> str:
+    """Seconds in parse_duration's own terms, exact to the millisecond, for scripts to
+    read back: 3600 -> '1h', 5400 -> '1h30m', 90061.25 -> '1d1h1m1.25s', 0 -> '0s'."""
+    ms = round(max(0.0, seconds) * 1000)
+    parts = []
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000)):
+        n, ms = divmod(ms, size)
+        if n:
+            parts.append(f"{n}{unit}")
+    if ms or not parts:
+        whole, frac = divmod(ms, 1000)
+        parts.append(f"{whole}.{frac:03d}".rstrip("0").rstrip(".") + "s" if frac else f"{whole}s")
+    return "".join(parts)
+
+
 def parse_duration(text: str) -> float:
     """'90', '90s', '15m', '2h', '1d', '1h30m' -> seconds."""
     t = text.strip().lower()

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from tpuq.cli import context
-from tpuq.cli.args import JOB_ID
+from tpuq.cli.args import JOB_ID, words_option
 from tpuq.cli.errors import EXIT, Refused, UserError
 from tpuq.protocol import Action, Failure
 from tpuq.spec import SpecError, parse_duration
@@ -41,16 +41,17 @@ def _report(results: list[dict[str, Any]], as_json: bool) -> None:
 
 
 ids_argument = click.argument("job_ids", nargs=-1, type=JOB_ID, required=True)
-array_option = click.option("--array", "arrays", multiple=True, type=JOB_ID, metavar="ID",
-                            help="Every task of this array that has not ended. Repeatable.")
+array_option = words_option("--array", "arrays", item=JOB_ID, metavar="ID[,ID]",
+                            help="Every task of this array that has not ended. Repeatable, "
+                                 "or comma-separated.")
 
 
 @click.command()
 @click.argument("job_ids", nargs=-1, type=JOB_ID)
 @array_option
 @click.option("--mine", is_flag=True, help="Every job of mine not ended yet (with the filters).")
-@click.option("--state", "states", multiple=True, type=click.Choice(in_order(OPEN)),
-              help="With --mine: only jobs in this state (repeatable).")
+@words_option("--state", "states", choices=in_order(OPEN),
+              help="With --mine: only jobs in these states (repeatable, or comma-separated).")
 @click.option("--name", "name_pattern", help="With --mine: only jobs whose NAME matches (glob).")
 @click.option("-y", "--yes", is_flag=True, help="Do not ask (scripts): cancel what --mine finds.")
 @context.json_option

@@ -16,6 +16,7 @@ from typing import Any, cast
 import click
 
 from tpuq.cli import context, render
+from tpuq.cli.args import words_option
 from tpuq.jobjson import ListedJob, from_json
 from tpuq.spec import job_label
 from tpuq.state.states import ACTIVE, LIVE, WAITING, JobState, StopRequest, in_order
@@ -140,8 +141,8 @@ def parse_format(text: str) -> list[str]:
 @click.option("--mine", is_flag=True, help="Only my jobs.")
 @click.option("--user", envvar="TPUQ_STATUS_USER", help="Only this user's jobs.")
 @click.option("--team", "team_filter", help="Only this team's jobs.")
-@click.option("--state", "states", multiple=True, type=click.Choice(STATES),
-              help="Only jobs in this state (repeatable).")
+@words_option("--state", "states", choices=STATES,
+              help="Only jobs in these states (repeatable, or comma-separated).")
 @click.option("--name", "name_pattern", help="Only jobs whose NAME matches (glob: 'sweep-*').")
 @click.option("--host", "host_filter", help="Only jobs on this host.")
 @click.option("-n", "--recent", default=20, show_default=True,
@@ -164,10 +165,16 @@ def status(show_all: bool, mine: bool, user: str | None, team_filter: str | None
     how far, and why the rest waits.
 
     \b
-      tpuq status --mine --state queued       why are mine waiting?
-      tpuq status -o id,name,state,reason     pick columns
-      tpuq status --watch                     refresh in place
-      tpuq status --start                     when will my queued jobs start?
+      tpuq status --mine --state queued,held   why are mine waiting?
+      tpuq status --user alice --team vision   someone's, a team's
+      tpuq status --name 'sweep-*' --host tpu-a by name glob, by host
+      tpuq status -n 50                        the 50 most recent ended jobs
+      tpuq status --all                        every job ever
+      tpuq status --expand                     one row per waiting array task
+      tpuq status -o id,name,state,reason      pick columns, as squeue -o
+      tpuq status --watch                      refresh in place every 2 s
+      tpuq status --start                      when will my queued jobs start?
+      tpuq status --json                       job objects for scripts
 
     With --json, prints a JSON list of job objects (id, name, state, attempts, host,
     exit_code, command, waiting_for, started_at, step, ...).
