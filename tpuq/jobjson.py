@@ -5,14 +5,15 @@ it: they share these TypedDicts, so a key is spelled once and mypy checks every 
 contract for scripts is the table in docs/reference.md "The JSON contract"
 (tests/unit/test_docs.py checks it names exactly these keys).
 
-A TypedDict is the dict itself: nothing is copied or converted on the way out, which keeps
-`tpuq status` as fast as before. Times are epoch seconds, as the database keeps them.
-Stdlib only: the socket client imports it.
+A TypedDict is the dict itself: the protocol's plain JSON object is cast to it (to_json
+and from_json are `typing.cast`, free), nothing is copied or converted. The hot paths
+(`status`, the handlers) import these types for the type checker only, so `tpuq status`
+pays nothing for them. Times are epoch seconds, as the database keeps them. Stdlib only.
 """
 
 from __future__ import annotations
 
-from typing import Any, TypedDict, cast
+from typing import Any, TypedDict
 
 
 class JobObject(TypedDict):
@@ -132,20 +133,3 @@ def keys_of(kind: type) -> frozenset[str]:
         frozenset(getattr(kind, "__optional_keys__", frozenset()))
 
 
-# The protocol carries plain JSON objects; these say what they are, at no cost.
-def to_json(jobs: list[ListedJob]) -> list[dict[str, Any]]:
-    return cast("list[dict[str, Any]]", jobs)
-
-
-def shown_to_json(job: ShownJob) -> dict[str, Any]:
-    return cast("dict[str, Any]", job)
-
-
-def from_json(jobs: list[dict[str, Any]]) -> list[ListedJob]:
-    """A JobList reply's `jobs`."""
-    return cast("list[ListedJob]", jobs)
-
-
-def shown_from_json(job: dict[str, Any]) -> ShownJob:
-    """A JobDetail reply's `job`."""
-    return cast("ShownJob", job)

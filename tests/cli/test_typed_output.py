@@ -95,3 +95,11 @@ def test_the_status_synopsis_names_every_option():
         words = set(re.findall(r"(?<![\w-])(--?[\w-]+)", text))
         missing = [p.opts[-1] for p in options if not words & set(p.opts)]
         assert not missing, f"not in the synopsis: {missing}"
+
+
+def test_per_type_caps_take_a_comma_list(stack):
+    stack.tpuq("quota", "set", "vision", "--max-chips-type", "v4=8,v5litepod=4")
+    (team,) = json.loads(stack.tpuq("quota", "--json").stdout)
+    assert team["max_chips_by_type"] == {"v4": 8, "v5litepod": 4}
+    r = stack.tpuq("quota", "set", "vision", "--max-chips-type", "v4=8,v5e", check=False)
+    assert r.returncode == 2 and "bad --max-chips-type 'v5e': expected TYPE=N" in r.stderr

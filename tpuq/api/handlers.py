@@ -13,11 +13,11 @@ import binascii
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy.orm import Session
 
-from tpuq import arrays, jobjson, runfn
+from tpuq import arrays, runfn
 from tpuq.api import logs, views
 from tpuq.api.caller import Caller, Denied, not_found, owned_job, require_admin
 from tpuq.fleet import costs, report
@@ -193,7 +193,7 @@ class Api:
         reasons = self.reasons() if queued and not req.starts else {}
         starts = self.starts() if queued and req.starts else {}
         stale = self.settings.host_stale_s
-        return JobList(jobs=jobjson.to_json([
+        return JobList(jobs=cast("list[dict[str, Any]]", [
             views.listed_job(r, waiting=reasons.get(r.id), current=current.get(r.id),
                              start=starts.get(r.id)) for r in rows]),
                        hosts=[views.host_object(h, j, now, stale, min_code, over.get(h.name))
@@ -211,7 +211,7 @@ class Api:
             told = outbox.of_jobs(s, [req.id]).get(req.id, [])
             over = [views.budget_object(r) for r in logusage.over_budget(s, row.owner)]
         waiting = self.reasons().get(req.id) if row.state == JobState.QUEUED else None
-        return JobDetail(job=jobjson.shown_to_json(views.shown_job(
+        return JobDetail(job=cast("dict[str, Any]", views.shown_job(
             row, caller, env, waiting, [views.attempt_object(a) for a in atts],
             [views.worker_object(w) for w in gang], [views.event_object(e) for e in events],
             [views.notification_object(n) for n in told], over)))

@@ -8,19 +8,21 @@ Environment values a job captured from its owner's shell are the owner's: anyone
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from tpuq.api.caller import Caller
-from tpuq.jobjson import (
-    AttemptObject,
-    EventObject,
-    JobObject,
-    ListedJob,
-    NotificationObject,
-    ShownJob,
-    WorkerObject,
-)
 from tpuq.state import hosts as hosts_mod
+
+if TYPE_CHECKING:  # the job object's types cost nothing at run time
+    from tpuq.jobjson import (
+        AttemptObject,
+        EventObject,
+        JobObject,
+        ListedJob,
+        NotificationObject,
+        ShownJob,
+        WorkerObject,
+    )
 
 HIDDEN = "(hidden)"  # what a job's env value looks like to anyone but its owner and admins
 
@@ -58,7 +60,7 @@ def listed_job(row: Any, waiting: str | None = None, current: Any = None,
     """A job of `status`; `start` (a forecast.Start) for `status --start`, which adds
     `expected_start` (epoch s, or None: no estimate) and the reason in `waiting_for`."""
     # a JobObject is a ListedJob without the keys of --start: no copy on the hot path
-    obj = cast(ListedJob, job_object(row, waiting, current))
+    obj = cast("ListedJob", job_object(row, waiting, current))
     if start is not None:
         obj["expected_start"] = start.at
         obj["position"] = start.position
@@ -72,7 +74,7 @@ def shown_job(row: Any, viewer: Caller, env: Mapping[str, str], waiting: str | N
               over_budget: list[dict[str, Any]]) -> ShownJob:
     """`show`'s job object: the job, its environment (values only for its owner and
     admins), attempts, a slice job's workers, events, messages, logs over budget."""
-    obj = cast(ShownJob, job_object(row, waiting=waiting))
+    obj = cast("ShownJob", job_object(row, waiting=waiting))
     obj["env"] = dict(env) if viewer.owns(row.owner) else dict.fromkeys(env, HIDDEN)
     obj["attempt_list"] = attempts
     if workers:  # a slice job: its current attempt's workers

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 
@@ -14,6 +14,9 @@ from tpuq.cli.errors import EXIT, Refused, UserError
 from tpuq.protocol import Action, Failure
 from tpuq.spec import SpecError, parse_duration
 from tpuq.state.states import OPEN, in_order
+
+if TYPE_CHECKING:
+    from tpuq.jobjson import ListedJob
 
 
 def _act(ids: tuple[int, ...], action: Action, as_json: bool,
@@ -82,12 +85,12 @@ def _mine(states: tuple[str, ...], name_pattern: str | None, yes: bool) -> list[
     import sys
 
     from tpuq.cli.status import job_name
-    from tpuq.jobjson import from_json
     from tpuq.protocol import Identity, JobList, ListJobs, WhoAmI
 
     me = context.ask(WhoAmI(), Identity).user
     open_states = list(states) or list(in_order(OPEN))
-    jobs = from_json(context.ask(ListJobs(owner=me, states=open_states), JobList).jobs)
+    jobs = cast("list[ListedJob]", context.ask(ListJobs(owner=me, states=open_states),
+                                               JobList).jobs)
     picked = [j for j in jobs
               if name_pattern is None or fnmatch.fnmatch(job_name(j), name_pattern)]
     if not picked:

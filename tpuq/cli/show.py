@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING, cast
 
 import click
 
 from tpuq.cli import context, render
 from tpuq.cli.args import JOB_ID
-from tpuq.jobjson import AttemptObject, JobObject, ShownJob, shown_from_json
 from tpuq.state.states import Outcome
+
+if TYPE_CHECKING:
+    from tpuq.jobjson import AttemptObject, JobObject, ShownJob
 
 
 @click.command()
@@ -19,7 +22,7 @@ def show(job_id: int, as_json: bool) -> None:
     """Show a job: what was asked, each attempt (host, pid, exit, checkpoint), and events."""
     from tpuq.protocol import JobDetail, ShowJob
 
-    job = shown_from_json(context.ask(ShowJob(id=job_id), JobDetail).job)
+    job = cast("ShownJob", context.ask(ShowJob(id=job_id), JobDetail).job)
     if as_json:
         context.echo_json(job)
         return

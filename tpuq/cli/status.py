@@ -11,13 +11,12 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 
 from tpuq.cli import context, render
 from tpuq.cli.args import words_option
-from tpuq.jobjson import ListedJob, from_json
 from tpuq.spec import job_label
 from tpuq.state.states import ACTIVE, LIVE, WAITING, JobState, StopRequest, in_order
 
@@ -25,11 +24,14 @@ STATES = tuple(st.value for st in JobState)
 PIPE_WIDTH = 1000  # no terminal: rows are not cut (scripts should read --json)
 
 
-class Row(ListedJob, total=False):
-    """A job as a table row: the waiting tasks of an array collapse into one."""
+if TYPE_CHECKING:  # types only: `status` does not pay for building them
+    from tpuq.jobjson import ListedJob
 
-    tasks: list[int]  # the array's waiting tasks this row stands for
-    shown_id: str  # `12_[3-99]`
+    class Row(ListedJob, total=False):
+        """A job as a table row: the waiting tasks of an array collapse into one."""
+
+        tasks: list[int]  # the array's waiting tasks this row stands for
+        shown_id: str  # `12_[3-99]`
 
 
 def job_name(j: Mapping[str, Any]) -> str:
@@ -198,7 +200,7 @@ def status(show_all: bool, mine: bool, user: str | None, team_filter: str | None
                                      recent=recent, everything=show_all, starts=starts),
                             JobList)
         jobs = cast("list[Row]", [
-            j for j in from_json(reply.jobs)
+            j for j in cast("list[ListedJob]", reply.jobs)
             if (name_pattern is None or fnmatch.fnmatch(job_name(j), name_pattern))
             and (host_filter is None or j["host"] == host_filter)])
         fleet[:] = reply.fleet
@@ -245,7 +247,7 @@ def collapse(jobs: list[Row]) -> list[Row]:
         key = (array_id, j["state"])
         row = rows.get(key)
         if row is None:
-            row = rows[key] = cast(Row, {**j, "tasks": []})
+            row = rows[key] = cast("Row", {**j, "tasks": []})
             out.append(row)
         row["tasks"].append(cast(int, j["array_index"]))
     for row in rows.values():
