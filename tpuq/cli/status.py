@@ -105,7 +105,7 @@ def chips(j: ListedJob) -> str:
     return f"{n}/{j['tpu_type']}" if j.get("tpu_type") else n
 
 
-Cell = Callable[[Row, float], str]
+Cell = Callable[["Row", float], str]
 COLUMNS: dict[str, tuple[str, Cell]] = {
     "id": ("ID", lambda j, now: str(j.get("shown_id") or j["id"])),
     "name": ("NAME", lambda j, now: job_name(j)),
