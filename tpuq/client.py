@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from tpuq import localclient, protocol
 from tpuq.errors import TpuqError
@@ -23,6 +23,7 @@ from tpuq.state.states import TERMINAL, JobState
 
 if TYPE_CHECKING:
     from tpuq.api.caller import Caller
+    from tpuq.jobjson import ShownJob
     from tpuq.settings import Settings
     from tpuq.state.db import Database
 
@@ -264,14 +265,14 @@ class Job:
         finally:
             client.close()
 
-    def info(self) -> dict[str, Any]:
-        """The job object of `tpuq show --json` (the README's JSON contract)."""
+    def info(self) -> ShownJob:
+        """The job object of `tpuq show --json` (the reference's JSON contract)."""
         from tpuq.protocol import JobDetail, ShowJob
 
-        return dict(self._ask(ShowJob(id=self.id), JobDetail).job)
+        return cast("ShownJob", dict(self._ask(ShowJob(id=self.id), JobDetail).job))
 
     def state(self) -> str:
-        return str(self.info()["state"])
+        return self.info()["state"]
 
     def done(self) -> bool:
         return self.state() in TERMINAL
