@@ -53,6 +53,8 @@ def test_history_rows_are_filled_and_typed(stack, host):
     assert parsed[whole]["chips"] == str(host.chips) and parsed[whole]["name"] == "true"
     assert parsed[named]["ended_at"] == rows[named]["ended_at"]
     assert parsed[named]["runtime"] == rows[named]["runtime"]
+    (mine,) = json.loads(stack.tpuq("usage", "--json").stdout)
+    assert mine["jobs"] == 2 and parse_duration(mine["runtime"]) >= 0.3
 
 
 def test_a_whole_host_job_that_never_ran_has_no_chip_count(stack):

@@ -136,7 +136,11 @@ def history(since: str, until: str | None, user: str | None, team: str | None,
 @context.json_option
 def usage(since: str, until: str | None, by: str, as_json: bool) -> None:
     """Chip-hours per user (or team) over a period: jobs ended, chip-hours charged and
-    not charged (from the same records as `tpuq history`)."""
+    not charged (from the same records as `tpuq history`).
+
+    With --json, one row per user (or team): user (or team), jobs, chip_hours,
+    chip_hours_not_charged, runtime (as options take it: 1h30m).
+    """
     from tpuq.protocol import History, Rows
 
     rows = context.ask(History(since=_since(since, "'--since'"),
@@ -151,7 +155,10 @@ def usage(since: str, until: str | None, by: str, as_json: bool) -> None:
             t[k] += r[k]
     ordered = sorted(totals.items(), key=lambda kv: -kv[1]["chip_hours"])
     if as_json:
-        context.echo_json([{by: name, **t} for name, t in ordered])
+        context.echo_json([{by: name, "jobs": int(t["jobs"]), "chip_hours": t["chip_hours"],
+                            "chip_hours_not_charged": t["chip_hours_not_charged"],
+                            "runtime": format_duration(t["runtime_s"])}
+                           for name, t in ordered])
         return
     if not ordered:
         click.echo("no jobs ended then")
