@@ -2,7 +2,7 @@
 never a traceback.
 
 Every tpuq error carries its kind (tpuq/errors.py); `EXIT` below is the one table from kind
-to exit status (docs/reference.md "Exit statuses", checked by tests/unit/test_docs.py):
+to exit status (docs/reference.md "Exit statuses", checked by tests/unit/test_contract.py):
 0 done; 1 tpuq or a service it needs is unavailable; 2 a usage mistake or a refused request;
 3 no such job, host or member; 4 not yours to do; 5 the job is not in a state that allows it.
 """
