@@ -37,7 +37,8 @@ class WordsType(click.ParamType):  # type: ignore[type-arg]  # generic in newer 
 
     def __init__(self, item: click.ParamType | None = None,  # type: ignore[type-arg]
                  choices: Sequence[str] = ()) -> None:
-        self.item = item if item is not None else click.Choice(tuple(choices))
+        self.item = item if item is not None else \
+            click.Choice(tuple(choices)) if choices else click.STRING
         self.name = f"{self.item.name} list"
 
     def convert(self, value: Any, param: click.Parameter | None,
