@@ -86,8 +86,11 @@ def side_by_side(stack: EmbeddedStack, runs: int, base: str) -> dict[str, float]
         old_env = {**env, "PYTHONPATH": base}  # the CLI runs from the home: base's tpuq wins
         new, old = [], []
         for i in range(WARMUP + runs):
-            ms_old = _run([sys.executable, TPUQ, "status"], old_env, stack.home)
-            ms_new = _run([sys.executable, TPUQ, "status"], env, stack.home)
+            # which goes first alternates: neither gets the other's warm caches every time
+            first, second = (old_env, env) if i % 2 else (env, old_env)
+            ms_first = _run([sys.executable, TPUQ, "status"], first, stack.home)
+            ms_second = _run([sys.executable, TPUQ, "status"], second, stack.home)
+            ms_old, ms_new = (ms_first, ms_second) if i % 2 else (ms_second, ms_first)
             if i >= WARMUP:
                 new.append(ms_new)
                 old.append(ms_old)
