@@ -73,6 +73,38 @@ def measure(stack: EmbeddedStack, runs: int) -> dict[str, float]:
     return out
 
 
+def side_by_side(stack: EmbeddedStack, runs: int, base: str,
+                 this: str | None = None) -> dict[str, float]:
+    """`tpuq status` of this tree and of the tree at `base` (an unpacked `git archive` of
+    another commit's tpuq/ and migrations/), interleaved run by run on the same table and
+    agent; p50 of each and their ratio (this tree / base). `this`: this tree unpacked
+    the same way, so both look their imports up through one more directory alike."""
+    from bench.embedded import TPUQ
+
+    out: dict[str, float] = {}
+    direct = {**NO_AGENT, "TPUQ_DATABASE_URL": stack.db_url}
+    for prefix, extra in (("status_agent", {}), ("status_direct", direct)):
+        env = {**stack.env, **extra}
+        old_env = {**env, "PYTHONPATH": base}  # the CLI runs from the home: base's tpuq wins
+        if this is not None:
+            env = {**env, "PYTHONPATH": this}
+        new, old = [], []
+        for i in range(WARMUP + runs):
+            # which goes first alternates: neither gets the other's warm caches every time
+            first, second = (old_env, env) if i % 2 else (env, old_env)
+            ms_first = _run([sys.executable, TPUQ, "status"], first, stack.home)
+            ms_second = _run([sys.executable, TPUQ, "status"], second, stack.home)
+            ms_old, ms_new = (ms_first, ms_second) if i % 2 else (ms_second, ms_first)
+            if i >= WARMUP:
+                new.append(ms_new)
+                old.append(ms_old)
+        out.update(summary(f"{prefix}_this", new))
+        out.update(summary(f"{prefix}_base", old))
+        out[f"{prefix}_p50_ratio"] = round(out[f"{prefix}_this_p50_ms"]
+                                           / out[f"{prefix}_base_p50_ms"], 3)
+    return out
+
+
 def run(runs: int, keep: bool = False, jobs: int = JOBS) -> dict[str, float]:
     with EmbeddedStack(keep=keep) as stack:
         fill(stack, jobs)
@@ -80,6 +112,16 @@ def run(runs: int, keep: bool = False, jobs: int = JOBS) -> dict[str, float]:
 
 
 if __name__ == "__main__":
+    # bench/status.py [RUNS] [BASE_TREE [THIS_TREE]]: with a base tree, this tree and it
+    # side by side (trees: `git archive COMMIT tpuq migrations | tar -x -C DIR`)
     import json
 
-    print(json.dumps(run(int(sys.argv[1]) if len(sys.argv) > 1 else 20), indent=2))
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+    if len(sys.argv) > 2:
+        with EmbeddedStack() as bench_stack:
+            fill(bench_stack)
+            print(json.dumps(side_by_side(bench_stack, n, sys.argv[2],
+                                          sys.argv[3] if len(sys.argv) > 3 else None),
+                             indent=2))
+    else:
+        print(json.dumps(run(n), indent=2))

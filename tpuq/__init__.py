@@ -21,6 +21,7 @@ tests/unit/test_layers.py):
 
 Leaf modules, stdlib only, used by every layer:
 
+- `errors.py`      the root of every tpuq error (`TpuqError`) and the failure kinds
 - `settings.py`    every setting and its environment variable, in one place
 - `spec.py`        what a person submits, and its validation
 - `submitopts.py`  submit options, and the one mapping from them to a spec
@@ -35,6 +36,7 @@ Leaf modules, stdlib only, used by every layer:
 - `checkpoints.py` where a job's checkpoints live (a shared root, or one host's disk)
 - `protocol.py`    the agent socket's typed requests and replies, and their limits
 - `framing.py`     a reply as frames of at most 1 MiB: no reply too big to send
+- `jobjson.py`     the job object of `status --json` and `show --json`, typed once
 - `localclient.py` the client side of that socket
 - `terminal.py`    an interactive session's caller side: its pty, raw mode, the copy
 - `users.py`       uid -> user name

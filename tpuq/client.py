@@ -14,26 +14,28 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from tpuq import localclient, protocol
+from tpuq.errors import TpuqError
 from tpuq.protocol import Failure, Refusal, Reply, Request
+from tpuq.state.states import TERMINAL, JobState
 
 if TYPE_CHECKING:
     from tpuq.api.caller import Caller
     from tpuq.batch import Pending, call, command
+    from tpuq.jobjson import ShownJob
     from tpuq.settings import Settings
     from tpuq.state.db import Database
 
 R = TypeVar("R", bound=Reply)
 
 
-class ClientError(Exception):
+class ClientError(TpuqError):
     """A request that was not carried out, with how (`kind`) and why, in one line."""
 
     def __init__(self, kind: Failure, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
+        super().__init__(message, kind)
         self.message = message
 
 
@@ -170,7 +172,6 @@ def _close_shared() -> None:
     _SHARED.clear()
 
 
-TERMINAL = ("succeeded", "failed", "cancelled", "timeout")
 FIRST_POLL_S, MAX_POLL_S = 0.2, 2.0  # asking again: quickly at first, then every 2 s
 
 
@@ -202,10 +203,12 @@ def wait_ended(state_of: Callable[[int], str], ids: Sequence[int], *,
         pause = min(pause * 1.5, MAX_POLL_S)
 
 
-class JobError(Exception):
+class JobError(TpuqError):
     """A job that gave no value: it failed before its function returned or raised (it
     could not start, was cancelled, timed out), or its function's exception could not be
     pickled (the remote traceback is the message)."""
+
+    KIND = Failure.CONFLICT
 
     def __init__(self, job_id: int, state: str, message: str) -> None:
         super().__init__(message)
@@ -231,14 +234,14 @@ class Job:
     def _ask(self, req: Request, expect: type[R]) -> R:
         return shared_client(self.settings).ask(req, expect)
 
-    def info(self) -> dict[str, Any]:
-        """The job object of `tpuq show --json` (the README's JSON contract)."""
+    def info(self) -> ShownJob:
+        """The job object of `tpuq show --json` (the reference's JSON contract)."""
         from tpuq.protocol import JobDetail, ShowJob
 
-        return dict(self._ask(ShowJob(id=self.id), JobDetail).job)
+        return cast("ShownJob", dict(self._ask(ShowJob(id=self.id), JobDetail).job))
 
     def state(self) -> str:
-        return str(self.info()["state"])
+        return self.info()["state"]
 
     def done(self) -> bool:
         return self.state() in TERMINAL
@@ -270,7 +273,7 @@ class Job:
             raise JobError(self.id, state, f"job {self.id} {state} without a result: "
                                            f"{info.get('reason') or 'no reason recorded'}")
         kind, *rest = cloudpickle.loads(data)
-        if kind == "ok" and state == "succeeded":
+        if kind == "ok" and state == JobState.SUCCEEDED:
             return rest[0]
         if kind == "ok":
             raise JobError(self.id, state, f"job {self.id} {state} after its function "

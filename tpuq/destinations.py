@@ -22,12 +22,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from tpuq.errors import TpuqError
+
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 ALLOW_SETTING = "notify_allow"
 
 
-class Refused(ValueError):
+class Refused(TpuqError, ValueError):
     """A destination the rule refuses; the message is one line."""
 
 

@@ -14,22 +14,29 @@ import errno
 import socket
 
 from tpuq import framing, protocol
+from tpuq.errors import TpuqError
 from tpuq.protocol import Failure, Refusal, Reply, Request
 
 
-class AgentUnavailable(OSError):
+class AgentUnavailable(TpuqError, OSError):
     """Nobody answers on the socket, or the agent there serves another deployment: the
     request was not carried out, so the caller may do it another way."""
 
+    KIND = Failure.UNAVAILABLE
 
-class AgentSkew(OSError):
+
+class AgentSkew(TpuqError, OSError):
     """The agent speaks another version of the socket's protocol: the message says
     whether the request was carried out, and what to upgrade."""
 
+    KIND = Failure.UNAVAILABLE
 
-class AgentNoAnswer(OSError):
+
+class AgentNoAnswer(TpuqError, OSError):
     """The request reached an agent but no answer came back: it may have been carried
     out (a submit committed just before the agent died), so it must not be redone."""
+
+    KIND = Failure.UNAVAILABLE
 
 
 def call(path: str, request: Request, timeout: float | None = None,

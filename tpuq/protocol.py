@@ -23,6 +23,9 @@ from collections.abc import Callable
 from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+from tpuq.errors import Failure as Failure  # the wire carries it: clients read it here too
+from tpuq.errors import TpuqError
+
 if TYPE_CHECKING:
     from typing import dataclass_transform  # novm: type checkers only
 else:
@@ -48,8 +51,10 @@ OLDEST = 2
 UNVERSIONED = 1
 
 
-class ProtocolError(ValueError):
+class ProtocolError(TpuqError, ValueError):
     """Bytes that are not a well-formed message; the text says what is wrong."""
+
+    KIND = Failure.BAD_REQUEST
 
 
 class SkewError(ProtocolError):
@@ -437,24 +442,6 @@ class TpuCleaned(Reply):
 
     NAME: ClassVar[str] = "tpu-cleaned"
     report: dict[str, Any] = {}
-
-
-class Failure(str, Enum):
-    """Why a request was not carried out. Each kind is one way for the client to react
-    (and one exit status of the CLI: README "Exit status")."""
-
-    BAD_REQUEST = "bad_request"  # not a well-formed request (a bug or a hostile client)
-    REFUSED = "refused"  # well-formed but not acceptable (a bad spec): the user's to fix
-    NOT_FOUND = "not_found"  # no such job, host, team member
-    FORBIDDEN = "forbidden"  # not the caller's to do
-    CONFLICT = "conflict"  # the thing is not in a state that allows it
-    UNAVAILABLE = "unavailable"  # the agent cannot reach what it needs (the database)
-    BUSY = "busy"  # too many requests from this caller at once: try again
-    OTHER_DEPLOYMENT = "other_deployment"  # this agent serves another queue: go elsewhere
-    AGENT_ERROR = "agent_error"  # a bug in the agent; its log has the traceback
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class ResultChunk(Reply):

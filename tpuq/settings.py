@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tpuq.errors import TpuqError
+
 # field name -> environment variable. The config file uses the field names as keys.
 ENV: dict[str, str] = {
     "home": "TPUQ_HOME",
@@ -317,7 +319,7 @@ class Settings:
         return login_name()
 
 
-class SettingsError(ValueError):
+class SettingsError(TpuqError, ValueError):
     """A configuration value that cannot be used; the message names the source."""
 
 

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tpuq.errors import TpuqError
 from tpuq.settings import Settings
 from tpuq.shapes import canonical, slice_hosts
 
@@ -63,7 +64,7 @@ _TPU_TYPE = re.compile(r"[a-z0-9][a-z0-9-]*\Z")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
-class SpecError(ValueError):
+class SpecError(TpuqError, ValueError):
     """A user mistake in a job spec; the message is shown as is."""
 
 
@@ -439,6 +440,21 @@ def show_size(n: int) -> str:
                 else f"{size:.1f} {unit}"
         size /= 1024
     return f"{n} B"  # unreachable: the loop ends at TiB
+
+
+def format_duration(seconds: float) -> str:
+    """Seconds in parse_duration's own terms, exact to the millisecond, for scripts to
+    read back: 3600 -> '1h', 5400 -> '1h30m', 90061.25 -> '1d1h1m1.25s', 0 -> '0s'."""
+    ms = round(max(0.0, seconds) * 1000)
+    parts = []
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000)):
+        n, ms = divmod(ms, size)
+        if n:
+            parts.append(f"{n}{unit}")
+    if ms or not parts:
+        whole, frac = divmod(ms, 1000)
+        parts.append(f"{whole}.{frac:03d}".rstrip("0").rstrip(".") + "s" if frac else f"{whole}s")
+    return "".join(parts)
 
 
 def parse_duration(text: str) -> float:

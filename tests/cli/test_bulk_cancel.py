@@ -23,7 +23,7 @@ def test_cancel_mine_by_state_and_name(stack):
 def test_update_changes_a_job_that_has_not_started(stack):
     job = stack.submit("--hold", "--", "/bin/true")
     r = stack.tpuq("update", str(job), "--priority", "5", "--time", "6h")
-    assert f"job {job}: updated: priority 5, time_limit 21600" in r.stdout
+    assert f"job {job}: updated: priority 5, time_limit 6h" in r.stdout
     row = stack.job(job)
     assert (row.priority, row.time_limit_s) == (5, 21600.0)
     queued = stack.submit("--", "/bin/true")

@@ -7,6 +7,8 @@ import csv
 import io
 import json
 
+from tpuq.spec import parse_duration
+
 
 def test_history_counts_what_each_ended_job_cost(stack, host, tmp_path):
     stack.start_agent(host)
@@ -18,7 +20,7 @@ def test_history_counts_what_each_ended_job_cost(stack, host, tmp_path):
     stack.wait_state(bad, "failed")
     rows = {r["id"]: r for r in json.loads(stack.tpuq("history", "--json").stdout)}
     assert set(rows) == {ok, once, bad}
-    assert rows[ok]["chip_hours"] >= 2 * 0.5 / 3600 and rows[ok]["runtime_s"] >= 0.5
+    assert rows[ok]["chip_hours"] >= 2 * 0.5 / 3600 and parse_duration(rows[ok]["runtime"]) >= 0.5
     assert rows[once]["attempts"] == 2
     assert rows[once]["chip_hours_not_charged"] > 0, "a requeued attempt is not charged"
     assert rows[bad]["state"] == "failed"

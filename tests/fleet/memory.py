@@ -149,7 +149,7 @@ class DirectApi:
         try:
             return str(self._ask("DELETE", path, query)["name"])
         except ApiError as e:
-            if e.kind is ErrorKind.NOT_FOUND:
+            if e.api_kind is ErrorKind.NOT_FOUND:
                 return None
             raise
 

@@ -122,3 +122,34 @@ def test_every_package_docstring_maps_its_modules() -> None:
             if mod.name != "__init__.py" and f"`{mod.name}`" not in doc:
                 missing.append(f"{init.parent.name}/{mod.name}")
     assert not missing, f"not in their package's docstring: {missing}"
+
+
+# The vocabulary every layer speaks (the CLI and the socket client included): job states,
+# stop requests, failure kinds, the job object. Stdlib only, so speaking it costs nothing.
+VOCABULARY = ("tpuq.state.states", "tpuq.errors", "tpuq.jobjson")
+
+
+def test_the_vocabulary_imports_only_the_standard_library() -> None:
+    import sys
+
+    mods = modules()
+    heavy = []
+    for name in (*VOCABULARY, "tpuq.state"):  # importing tpuq.state.states runs tpuq.state
+        for node in ast.walk(ast.parse(mods[name].read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            heavy += [f"{name} imports {n}" for n in names
+                      if n.split(".")[0] not in sys.stdlib_module_names]
+    assert not heavy, "\n".join(heavy)
+
+
+def test_importing_the_vocabulary_loads_no_third_party_module() -> None:
+    import subprocess
+    import sys
+
+    code = (f"import sys; import {', '.join(VOCABULARY)}; "
+            "print(' '.join(m for m in sys.modules if m.split('.')[0] not in "
+            "sys.stdlib_module_names and m.split('.')[0] not in ('tpuq', '__main__')))")
+    out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
+                         check=True, cwd=ROOT).stdout.split()
+    assert out == []

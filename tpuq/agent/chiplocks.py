@@ -11,9 +11,13 @@ import fcntl
 import os
 from collections.abc import Sequence
 
+from tpuq.errors import Failure, TpuqError
 
-class ChipBusy(RuntimeError):
-    pass
+
+class ChipBusy(TpuqError, RuntimeError):
+    """Another process holds a lock on one of the chips."""
+
+    KIND = Failure.CONFLICT
 
 
 def lock_paths(lock_dir: str, chips: Sequence[int]) -> list[str]:

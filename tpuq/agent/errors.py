@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from tpuq.errors import Failure, TpuqError
 
-class AgentError(RuntimeError):
+
+class AgentError(TpuqError, RuntimeError):
     """The agent cannot start; the message says what to do."""
+
+    KIND = Failure.UNAVAILABLE
 
 
 class HostUnfit(AgentError):

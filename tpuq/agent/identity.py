@@ -24,12 +24,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpuq import jobenv
+from tpuq.errors import Failure, TpuqError
 
 ENV_BIN = shutil.which("env") or "/usr/bin/env"
 
 
-class NoAccount(LookupError):
+class NoAccount(TpuqError, LookupError):
     """The job's owner has no account on this host (or is root): it cannot start here."""
+
+    KIND = Failure.NOT_FOUND
 
 
 @dataclass(frozen=True)

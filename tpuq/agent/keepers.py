@@ -16,6 +16,7 @@ from dataclasses import asdict
 from typing import Any
 
 from tpuq.agent.keeper import SERVER, Launch, clock, keeper_socket
+from tpuq.errors import Failure, TpuqError
 
 log = logging.getLogger("tpuq.agent")
 START_TIMEOUT_S = 30.0
@@ -23,8 +24,10 @@ START_TIMEOUT_S = 30.0
 __all__ = ["KeeperGone", "KeeperLink", "KeeperServer", "clock"]
 
 
-class KeeperGone(OSError):
+class KeeperGone(TpuqError, OSError):
     """The keeper's socket closed: it died (or was never there)."""
+
+    KIND = Failure.UNAVAILABLE
 
 
 class KeeperLink:

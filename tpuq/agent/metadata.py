@@ -52,6 +52,8 @@ from enum import Enum
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
+from tpuq.errors import Failure, TpuqError
+
 log = logging.getLogger(__name__)
 
 MAINTENANCE_EVENT = "instance/maintenance-event"
@@ -123,8 +125,10 @@ class Notice:
         return f"upcoming maintenance {self.value} at {self.window or 'unknown time'}"
 
 
-class Unreadable(ValueError):
+class Unreadable(TpuqError, ValueError):
     """An upcoming-maintenance answer in no shape GCE is known to send."""
+
+    KIND = Failure.UNAVAILABLE
 
 
 # what the window's fields are called: ?alt=json and "key value" lines (Compute Engine
@@ -178,8 +182,10 @@ def upcoming_notice(status: int, body: str) -> Notice | None:
     return Notice(NoticeKind.UPCOMING, kind or "UNKNOWN", start, ongoing=state == "ONGOING")
 
 
-class MetadataError(Exception):
+class MetadataError(TpuqError):
     """Any failure to get an answer (connection, timeout, unexpected status)."""
+
+    KIND = Failure.UNAVAILABLE
 
 
 class _Client:

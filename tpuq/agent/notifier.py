@@ -26,6 +26,7 @@ from tpuq.settings import Settings
 from tpuq.spec import job_label, show_duration
 from tpuq.state import outbox
 from tpuq.state.db import Database
+from tpuq.state.states import EVENT_PREEMPTED, EVENT_RESTARTED, EVENT_STARTED, JobState
 
 log = logging.getLogger("tpuq.agent")
 
@@ -37,8 +38,9 @@ class Message:
     kind: str  # Apprise's notify type: info, success, warning, failure
 
 
-_KIND = {"succeeded": "success", "failed": "failure", "timeout": "failure",
-         "cancelled": "warning", "preempted": "warning", "restarted": "warning"}
+_KIND: dict[str, str] = {
+    JobState.SUCCEEDED: "success", JobState.FAILED: "failure", JobState.TIMEOUT: "failure",
+    JobState.CANCELLED: "warning", EVENT_PREEMPTED: "warning", EVENT_RESTARTED: "warning"}
 
 
 def message(row: Any, preempts: int) -> Message | None:
@@ -48,19 +50,19 @@ def message(row: Any, preempts: int) -> Message | None:
     job = f"job {row.job_id}"
     if row.array_id is not None:
         job += f" (array {row.array_id}, task {row.array_index})"
-    if row.event == "preempted":
+    if row.event == EVENT_PREEMPTED:
         if row.count != preempts + 1:
             return None
         title = f"tpuq: {job} {what}: preempted {row.count} times"
         lines = [f"{job} ({what}) has been preempted {row.count} times and is "
                  f"queued again; it is now {row.state}.", f"last: {row.reason or '-'}"]
-        return Message(title, "\n".join(lines + _commands(row)), _KIND["preempted"])
-    if row.event == "restarted":  # its checkpoints are on a host it could not wait for
+        return Message(title, "\n".join(lines + _commands(row)), _KIND[EVENT_PREEMPTED])
+    if row.event == EVENT_RESTARTED:  # its checkpoints are on a host it could not wait for
         lines = [f"{job} ({what}) starts over: {row.detail or 'its checkpoints were lost'}.",
                  f"it is now {row.state}."]
         return Message(f"tpuq: {job} {what} starts over", "\n".join(lines + _commands(row)),
-                       _KIND["restarted"])
-    if row.event == "started":
+                       _KIND[EVENT_RESTARTED])
+    if row.event == EVENT_STARTED:
         lines = [f"{job} ({what}) started" + (f" on {row.host}" if row.host else "")
                  + (f", attempt {row.attempt}" if row.attempt and row.attempt > 1 else "")
                  + (f", {show_duration(row.created_at - row.submitted_at)} after its "

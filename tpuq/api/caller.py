@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tpuq.errors import TpuqError
 from tpuq.protocol import Failure
 
 
@@ -34,12 +35,11 @@ class Caller:
         return self.admin or owner == self.name
 
 
-class Denied(Exception):
+class Denied(TpuqError):
     """A request that is not carried out: `kind` says how the client should react."""
 
     def __init__(self, kind: Failure, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
+        super().__init__(message, kind)
         self.message = message
 
 

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from tpuq import arrays, runfn
 from tpuq.api import logs, views
@@ -73,7 +73,7 @@ from tpuq.state import (
     usage,
 )
 from tpuq.state.db import Database
-from tpuq.state.states import StopRequest
+from tpuq.state.states import JobState, StopRequest
 from tpuq.submitopts import Resubmission
 
 log = logging.getLogger("tpuq.api")
@@ -110,10 +110,8 @@ class Api:
             return Refusal(kind=Failure.BAD_REQUEST, error=f"{req.OP} is not served here")
         try:
             return handler(req, caller)
-        except Denied as d:
-            return Refusal(kind=d.kind, error=d.message)
-        except (SpecError, teams.TeamError) as e:
-            return Refusal(kind=Failure.REFUSED, error=str(e))
+        except (Denied, SpecError, teams.TeamError, hosts.HostLive) as e:
+            return Refusal(kind=e.kind, error=str(e))
         except Exception as e:
             kind = outage.refusal(e)
             if kind is None:
@@ -216,18 +214,14 @@ class Api:
             over: dict[str, list[dict[str, Any]]] = {}
             for r in logusage.over_budget(s):
                 over.setdefault(r.place, []).append(views.budget_object(r))
-        queued = any(r.state == "queued" for r in rows)
+        queued = any(r.state == JobState.QUEUED for r in rows)
         reasons = self.reasons() if queued and not req.starts else {}
         starts = self.starts() if queued and req.starts else {}
         stale = self.settings.host_stale_s
-        objects = []
-        for r in rows:
-            obj = views.job_object(r, caller, waiting=reasons.get(r.id),
-                                   current=current.get(r.id), start=starts.get(r.id))
-            if tasks and r.id in tasks:  # an array's waiting tasks, folded into this one
-                obj["tasks"] = tasks[r.id]
-            objects.append(obj)
-        return JobList(jobs=objects,
+        return JobList(jobs=cast("list[dict[str, Any]]", [
+            views.listed_job(r, waiting=reasons.get(r.id), current=current.get(r.id),
+                             start=starts.get(r.id), tasks=tasks.get(r.id) if tasks else None)
+            for r in rows]),
                        hosts=[views.host_object(h, j, now, stale, min_code, over.get(h.name))
                               for h, j in host_rows], now=now, fleet=fleet)
 
@@ -244,18 +238,11 @@ class Api:
             after = deps.of_job(s, req.id)
             tasks = queries.array_tasks(s, req.id) if row.array_id == req.id else []
             over = [views.budget_object(r) for r in logusage.over_budget(s, row.owner)]
-        waiting = self.reasons().get(req.id) if row.state == "queued" else None
-        obj = views.job_object(row, caller, env=env, waiting=waiting)
-        obj["attempt_list"] = [views.attempt_object(a) for a in atts]
-        if gang:  # a slice job: its current attempt's workers
-            obj["worker_list"] = [views.worker_object(w) for w in gang]
-        obj["events"] = [views.event_object(e) for e in events]
-        obj["notifications"] = [views.notification_object(n) for n in told]
-        obj["after"] = after
-        if tasks:  # the id of an array is its first task's: `show` says it is both
-            obj["array_tasks"] = tasks
-        obj["logs_over_budget"] = over
-        return JobDetail(job=obj)
+        waiting = self.reasons().get(req.id) if row.state == JobState.QUEUED else None
+        return JobDetail(job=cast("dict[str, Any]", views.shown_job(
+            row, caller, env, waiting, [views.attempt_object(a) for a in atts],
+            [views.worker_object(w) for w in gang], [views.event_object(e) for e in events],
+            [views.notification_object(n) for n in told], over, after, tasks)))
 
     def read_log(self, req: ReadLog, caller: Caller) -> Reply:
         return logs.read(self.settings, self.db, self.here, req, caller)
@@ -326,11 +313,8 @@ class Api:
     def forget_host(self, req: ForgetHost, caller: Caller) -> Reply:
         require_admin(caller, "forget hosts")
         with self.db.write() as s:
-            try:
-                if not hosts.forget(s, req.host, self.settings.host_stale_s):
-                    raise not_found(f"no host named {req.host!r} (see `tpuq status`)")
-            except hosts.HostLive as e:
-                raise Denied(Failure.CONFLICT, str(e)) from None
+            if not hosts.forget(s, req.host, self.settings.host_stale_s):
+                raise not_found(f"no host named {req.host!r} (see `tpuq status`)")
         return Done(message=f"{req.host}: forgotten (its agent registers it again if it starts)")
 
     def history(self, req: History, caller: Caller) -> Reply:

@@ -1,4 +1,5 @@
-"""Database rows as the JSON objects the CLI prints and scripts read (README: JSON contract).
+"""Database rows as the JSON objects the CLI prints and scripts read (the job object's
+type is tpuq/jobjson.py; the contract, docs/reference.md "The JSON contract").
 
 Environment values a job captured from its owner's shell are the owner's: anyone else
 (admins aside) sees their names only.
@@ -7,24 +8,31 @@ Environment values a job captured from its owner's shell are the owner's: anyone
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tpuq.api.caller import Caller
 from tpuq.state import hosts as hosts_mod
 
+if TYPE_CHECKING:  # the job object's types cost nothing at run time
+    from tpuq.jobjson import (
+        AttemptObject,
+        EventObject,
+        JobObject,
+        ListedJob,
+        NotificationObject,
+        ShownJob,
+        WorkerObject,
+    )
+
 HIDDEN = "(hidden)"  # what a job's env value looks like to anyone but its owner and admins
 
 
-def job_object(row: Any, viewer: Caller, env: Mapping[str, str] | None = None,
-               waiting: str | None = None, current: Any = None,
-               start: Any = None) -> dict[str, Any]:
-    """The stable JSON shape of a job. `env` only for `show`; `current` (its latest
-    attempt) for `status`; `start` (a forecast.Start) for `status --start`, which adds
-    `expected_start` (epoch s, or None: no estimate) and the reason in `waiting_for`."""
+def job_object(row: Any, waiting: str | None = None, current: Any = None) -> JobObject:
+    """The stable JSON shape of a job; `current` (its latest attempt) for `status`."""
     # a Row as one dict, read by key: a Row's attribute access costs ~1 us a name, a
     # missing one ~10 us (an error built to be caught), a third of listing 10,000 jobs
     r = row._asdict() if hasattr(row, "_asdict") else _columns(row)
-    obj = {
+    obj: JobObject = {
         "id": r["id"], "name": r["name"], "state": r["state"], "attempts": r["attempt"],
         "host": r["host"], "exit_code": r["exit_code"], "exit_signal": r["exit_signal"],
         "command": list(r["command"]), "cwd": r["cwd"], "owner": r["owner"],
@@ -54,8 +62,18 @@ def job_object(row: Any, viewer: Caller, env: Mapping[str, str] | None = None,
                    step_at=getattr(current, "checkpoint_at", None),
                    total=getattr(current, "checkpoint_total", None),
                    eta_at=getattr(current, "eta_at", None))
-    if env is not None:
-        obj["env"] = dict(env) if viewer.owns(row.owner) else dict.fromkeys(env, HIDDEN)
+    return obj
+
+
+def listed_job(row: Any, waiting: str | None = None, current: Any = None,
+               start: Any = None, tasks: list[int] | None = None) -> ListedJob:
+    """A job of `status`; `start` (a forecast.Start) for `status --start`, which adds
+    `expected_start` (epoch s, or None: no estimate) and the reason in `waiting_for`;
+    `tasks`: the indices of an array's waiting tasks folded into this row."""
+    # a JobObject is a ListedJob without the keys of --start: no copy on the hot path
+    obj = cast("ListedJob", job_object(row, waiting, current))
+    if tasks is not None:
+        obj["tasks"] = tasks
     if start is not None:
         obj["expected_start"] = start.at
         obj["position"] = start.position
@@ -76,7 +94,29 @@ def _columns(row: Any) -> dict[str, Any]:
     return {name: getattr(row, name, None) for name in _JOB_FIELDS}
 
 
-def attempt_object(a: Any) -> dict[str, Any]:
+def shown_job(row: Any, viewer: Caller, env: Mapping[str, str], waiting: str | None,
+              attempts: list[AttemptObject], workers: list[WorkerObject],
+              events: list[EventObject], told: list[NotificationObject],
+              over_budget: list[dict[str, Any]], after: list[Any],
+              array_tasks: list[Any]) -> ShownJob:
+    """`show`'s job object: the job, its environment (values only for its owner and
+    admins), attempts, a slice job's workers, events, messages, logs over budget, what it
+    waits for (`after`), and an array's tasks when `row` is its first."""
+    obj = cast("ShownJob", job_object(row, waiting=waiting))
+    obj["env"] = dict(env) if viewer.owns(row.owner) else dict.fromkeys(env, HIDDEN)
+    obj["attempt_list"] = attempts
+    if workers:  # a slice job: its current attempt's workers
+        obj["worker_list"] = workers
+    obj["events"] = events
+    obj["notifications"] = told
+    obj["logs_over_budget"] = over_budget
+    obj["after"] = after
+    if array_tasks:  # the id of an array is its first task's: `show` says it is both
+        obj["array_tasks"] = array_tasks
+    return obj
+
+
+def attempt_object(a: Any) -> AttemptObject:
     return {"number": a.number, "host": a.host, "chips": list(a.chips or ()), "pid": a.pid,
             "boot_id": a.boot_id, "started_at": a.started_at, "ended_at": a.ended_at,
             "outcome": a.outcome, "exit_code": a.exit_code, "exit_signal": a.exit_signal,
@@ -85,13 +125,13 @@ def attempt_object(a: Any) -> dict[str, Any]:
             "eta_at": a.eta_at, "started_over": getattr(a, "started_over", None)}
 
 
-def notification_object(n: Any) -> dict[str, Any]:
+def notification_object(n: Any) -> NotificationObject:
     """One message to the job's owner (its destinations are never shown: tokens)."""
     return {"event": n.event, "state": n.state, "tries": n.tries, "at": n.created_at,
             "sent_at": n.sent_at, "error": n.last_error, "detail": getattr(n, "detail", None)}
 
 
-def event_object(e: Any) -> dict[str, Any]:
+def event_object(e: Any) -> EventObject:
     return {"at": e.at, "from": e.from_state, "to": e.to_state, "attempt": e.attempt,
             "reason": e.reason, "actor": e.actor}
 
@@ -126,7 +166,7 @@ def budget_object(row: Any) -> dict[str, Any]:
                     "running job's are kept"}
 
 
-def worker_object(w: Any) -> dict[str, Any]:
+def worker_object(w: Any) -> WorkerObject:
     """One worker of a slice job's attempt (`show`)."""
     return {"worker": w.worker, "attempt": w.attempt, "host": w.host, "state": w.state,
             "pid": w.pid, "outcome": w.outcome, "exit_code": w.exit_code,

@@ -1,8 +1,9 @@
-"""Argument types the commands share: what a job id is, once."""
+"""Argument types the commands share: what a job id is, and what a list is, once."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import click
 
@@ -29,3 +30,43 @@ class JobIdType(click.ParamType):  # type: ignore[type-arg]  # generic in newer 
 
 
 JOB_ID = JobIdType()
+
+
+class WordsType(click.ParamType):  # type: ignore[type-arg]  # generic in newer click
+    """Comma-separated values, each of `item`'s type (or one of `choices`)."""
+
+    def __init__(self, item: click.ParamType | None = None,  # type: ignore[type-arg]
+                 choices: Sequence[str] = ()) -> None:
+        self.item = item if item is not None else \
+            click.Choice(tuple(choices)) if choices else click.STRING
+        self.name = f"{self.item.name} list"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> tuple[Any, ...]:
+        if isinstance(value, tuple):
+            return value
+        words = [w.strip() for w in str(value).split(",")]
+        if not all(words):
+            self.fail(f"{value!r}: an empty item in the list", param, ctx)
+        return tuple(self.item.convert(w, param, ctx) for w in words)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _flat(ctx: click.Context, param: click.Parameter, value: Any) -> tuple[Any, ...]:
+    return tuple(v for group in value or () for v in group)
+
+
+def words_option(*decls: str, choices: Sequence[str] = (),
+                 item: click.ParamType | None = None,  # type: ignore[type-arg]
+                 metavar: str | None = None, **kw: Any) -> Callable[[F], F]:
+    """An option that repeats and also takes comma lists (`--state queued,running`):
+    the command gets one flat tuple."""
+    if metavar is None:
+        word = next(d for d in decls if d.startswith("--"))[2:].upper()
+        metavar = f"{word}[,{word}]"
+    if choices:
+        kw["help"] = f"{kw.get('help', '')} {metavar.split('[')[0]}: {', '.join(choices)}."
+    return click.option(*decls, multiple=True, type=WordsType(item, choices),
+                        callback=_flat, metavar=metavar, **kw)

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 
 from tpuq.cli import context
-from tpuq.cli.args import JOB_ID
+from tpuq.cli.args import JOB_ID, words_option
 from tpuq.cli.errors import EXIT, Refused, UserError
 from tpuq.protocol import Action, Failure
 from tpuq.spec import SpecError, parse_duration
+from tpuq.state.states import OPEN, in_order
+
+if TYPE_CHECKING:
+    from tpuq.jobjson import ListedJob
 
 
 def _act(ids: tuple[int, ...], action: Action, as_json: bool,
@@ -46,17 +50,17 @@ def _report(results: list[dict[str, Any]], as_json: bool) -> None:
 
 
 ids_argument = click.argument("job_ids", nargs=-1, type=JOB_ID, required=True)
-array_option = click.option("--array", "arrays", multiple=True, type=JOB_ID, metavar="ID",
-                            help="Every task of this array that has not ended. Repeatable.")
+array_option = words_option("--array", "arrays", item=JOB_ID, metavar="ID[,ID]",
+                            help="Every task of this array that has not ended. Repeatable, "
+                                 "or comma-separated.")
 
 
 @click.command()
 @click.argument("job_ids", nargs=-1, type=JOB_ID)
 @array_option
 @click.option("--mine", is_flag=True, help="Every job of mine not ended yet (with the filters).")
-@click.option("--state", "states", multiple=True,
-              type=click.Choice(("queued", "held", "assigned", "running", "preempting")),
-              help="With --mine: only jobs in this state (repeatable).")
+@words_option("--state", "states", choices=in_order(OPEN),
+              help="With --mine: only jobs in these states (repeatable, or comma-separated).")
 @click.option("--name", "name_pattern", help="With --mine: only jobs whose NAME matches (glob).")
 @click.option("-y", "--yes", is_flag=True, help="Do not ask (scripts): cancel what --mine finds.")
 @context.json_option
@@ -90,8 +94,9 @@ def _mine(states: tuple[str, ...], name_pattern: str | None, yes: bool) -> list[
     from tpuq.protocol import Identity, JobList, ListJobs, WhoAmI
 
     me = context.ask(WhoAmI(), Identity).user
-    open_states = list(states) or ["queued", "held", "assigned", "running", "preempting"]
-    jobs = context.ask(ListJobs(owner=me, states=open_states), JobList).jobs
+    open_states = list(states) or list(in_order(OPEN))
+    jobs = cast("list[ListedJob]", context.ask(ListJobs(owner=me, states=open_states),
+                                               JobList).jobs)
     picked = [j for j in jobs
               if name_pattern is None or fnmatch.fnmatch(job_name(j), name_pattern)]
     if not picked:

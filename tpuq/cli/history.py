@@ -5,16 +5,58 @@ from __future__ import annotations
 import csv
 import sys
 import time
+from datetime import datetime, timezone
+from typing import Any, TypedDict
 
 import click
 
 from tpuq.cli import context, render
+from tpuq.cli.args import words_option
 from tpuq.cli.status import job_name
-from tpuq.spec import SpecError, parse_duration
+from tpuq.spec import SpecError, format_duration, parse_duration
+from tpuq.state.states import TERMINAL, in_order
 
-ENDED = ("succeeded", "failed", "cancelled", "timeout")
-CSV_FIELDS = ("id", "name", "owner", "team", "state", "chips", "tpu_type", "attempts",
-              "submitted_at", "ended_at", "runtime_s", "chip_hours", "chip_hours_not_charged")
+ENDED = in_order(TERMINAL)
+
+
+class Ended(TypedDict):
+    """A row of `history --json` and `--csv`: every value filled, times in ISO 8601 (UTC),
+    durations as options take them (`1h30m`)."""
+
+    id: int
+    name: str  # its --name, else its script's (or command's) file name
+    command: list[str]
+    owner: str
+    team: str
+    state: str
+    chips: int | None  # a whole-host job: the host's count (None: it never got a host)
+    whole_host: bool
+    tpu_type: str | None
+    attempts: int
+    submitted_at: str
+    ended_at: str
+    runtime: str
+    chip_hours: float
+    chip_hours_not_charged: float
+
+
+CSV_FIELDS = tuple(k for k in Ended.__annotations__ if k != "command")
+
+
+def iso(t: float) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="seconds")
+
+
+def ended_row(r: dict[str, Any]) -> Ended:
+    """A History reply's row for scripts."""
+    whole = r["chips"] is None
+    return {"id": r["id"], "name": job_name(r), "command": r["command"], "owner": r["owner"],
+            "team": r["team"], "state": r["state"],
+            "chips": r.get("chips_held") if whole else r["chips"], "whole_host": whole,
+            "tpu_type": r["tpu_type"], "attempts": r["attempts"],
+            "submitted_at": iso(r["submitted_at"]), "ended_at": iso(r["ended_at"]),
+            "runtime": format_duration(r["runtime_s"]), "chip_hours": r["chip_hours"],
+            "chip_hours_not_charged": r["chip_hours_not_charged"]}
 
 
 def _since(value: str | None, option: str) -> float | None:
@@ -39,8 +81,8 @@ def _since(value: str | None, option: str) -> float | None:
 @click.option("--until", help="...and before this (same forms).")
 @click.option("--user", help="Only this user's jobs.")
 @click.option("--team", help="Only this team's jobs.")
-@click.option("--state", "states", multiple=True, type=click.Choice(ENDED),
-              help="Only jobs that ended so (repeatable).")
+@words_option("--state", "states", choices=ENDED,
+              help="Only jobs that ended so (repeatable, or comma-separated).")
 @click.option("--csv", "as_csv", is_flag=True, help="Print CSV for spreadsheets.")
 @context.json_option
 def history(since: str, until: str | None, user: str | None, team: str | None,
@@ -50,6 +92,12 @@ def history(since: str, until: str | None, user: str | None, team: str | None,
 
     \b
       tpuq history --since 30d --user alice --csv > alice.csv
+      tpuq history --state failed,timeout --json
+
+    With --json or --csv, one row per job: id, name, owner, team, state, chips (a
+    whole-host job: its host's count), whole_host, tpu_type, attempts, submitted_at and
+    ended_at (ISO 8601, UTC), runtime (as options take it: 1h30m), chip_hours,
+    chip_hours_not_charged; --json adds command.
     """
     from tpuq.protocol import History, Rows
 
@@ -57,12 +105,12 @@ def history(since: str, until: str | None, user: str | None, team: str | None,
                                until=_since(until, "'--until'"), user=user, team=team,
                                states=list(states)), Rows).rows
     if as_json:
-        context.echo_json(rows)
+        context.echo_json([ended_row(r) for r in rows])
         return
     if as_csv:
         out = csv.DictWriter(sys.stdout, fieldnames=CSV_FIELDS, extrasaction="ignore")
         out.writeheader()
-        out.writerows(rows)
+        out.writerows(ended_row(r) for r in rows)
         return
     if not rows:
         click.echo("no jobs ended then")
@@ -88,7 +136,11 @@ def history(since: str, until: str | None, user: str | None, team: str | None,
 @context.json_option
 def usage(since: str, until: str | None, by: str, as_json: bool) -> None:
     """Chip-hours per user (or team) over a period: jobs ended, chip-hours charged and
-    not charged (from the same records as `tpuq history`)."""
+    not charged (from the same records as `tpuq history`).
+
+    With --json, one row per user (or team): user (or team), jobs, chip_hours,
+    chip_hours_not_charged, runtime (as options take it: 1h30m).
+    """
     from tpuq.protocol import History, Rows
 
     rows = context.ask(History(since=_since(since, "'--since'"),
@@ -103,7 +155,10 @@ def usage(since: str, until: str | None, by: str, as_json: bool) -> None:
             t[k] += r[k]
     ordered = sorted(totals.items(), key=lambda kv: -kv[1]["chip_hours"])
     if as_json:
-        context.echo_json([{by: name, **t} for name, t in ordered])
+        context.echo_json([{by: name, "jobs": int(t["jobs"]), "chip_hours": t["chip_hours"],
+                            "chip_hours_not_charged": t["chip_hours_not_charged"],
+                            "runtime": format_duration(t["runtime_s"])}
+                           for name, t in ordered])
         return
     if not ordered:
         click.echo("no jobs ended then")

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from tpuq.cli import context, render
+from tpuq.cli.args import words_option
 from tpuq.cli.errors import UserError
 
 BAR_WIDTH = 24
@@ -121,9 +122,9 @@ def _date(text: str | None) -> float | None:
 @click.option("--share", type=float, help="Fair-share weight (default 1).")
 @click.option("--max-chips", help="Concurrent chips of the team ('none' clears).")
 @click.option("--max-chips-per-user", help="Concurrent chips per member ('none' clears).")
-@click.option("--max-chips-type", "type_caps", multiple=True, metavar="TYPE=N",
-              help="Concurrent chips per TPU type or family, e.g. v4=8 (repeatable; "
-                   "replaces all per-type caps; 'none' clears them).")
+@words_option("--max-chips-type", "type_caps", metavar="TYPE=N[,TYPE=N]",
+              help="Concurrent chips per TPU type or family, e.g. v4=8,v5e=16 (repeatable, "
+                   "or comma-separated; replaces all per-type caps; 'none' clears them).")
 @click.option("--budget", help="Chip-hours per period ('none' clears).")
 @click.option("--period", type=click.Choice(["day", "week", "month"]),
               help="Budget period: day, week (from Monday 00:00) or month.")

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 import click
 
 from tpuq.cli import context, render
 from tpuq.cli.args import JOB_ID
+from tpuq.state.states import Outcome
+
+if TYPE_CHECKING:
+    from tpuq.jobjson import AttemptObject, JobObject, ShownJob
 
 
 @click.command()
@@ -18,7 +22,7 @@ def show(job_id: int, as_json: bool) -> None:
     """Show a job: what was asked, each attempt (host, pid, exit, checkpoint), and events."""
     from tpuq.protocol import JobDetail, ShowJob
 
-    job = context.ask(ShowJob(id=job_id), JobDetail).job
+    job = cast("ShownJob", context.ask(ShowJob(id=job_id), JobDetail).job)
     if as_json:
         context.echo_json(job)
         return
@@ -54,7 +58,7 @@ def show(job_id: int, as_json: bool) -> None:
                    f"{'  [' + e['actor'] + ']' if e['actor'] else ''}")
 
 
-def _spec_text(job: dict[str, Any]) -> str:
+def _spec_text(job: ShownJob) -> str:
     limit = job["time_limit_s"]
     lines = [
         f"job {job['id']}{' (' + job['name'] + ')' if job['name'] else ''}: {job['state']}",
@@ -107,7 +111,7 @@ def _spec_text(job: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def checkpoint_words(job: dict[str, Any]) -> str:
+def checkpoint_words(job: JobObject) -> str:
     """Where a job's checkpoints live, in words ("" before its first assignment)."""
     where = job.get("checkpoint_dir")
     if not where:
@@ -117,7 +121,7 @@ def checkpoint_words(job: dict[str, Any]) -> str:
     return f"{where} (shared: the same on every host)"
 
 
-def _attempt_line(a: dict[str, Any]) -> str:
+def _attempt_line(a: AttemptObject) -> str:
     end = a["ended_at"] or (time.time() if a["started_at"] and a["outcome"] is None else None)
     ran = end - a["started_at"] if a["started_at"] and end else None
     text = (f"#{a['number']} {a['host']} chips {','.join(map(str, a['chips']))}  "
@@ -126,7 +130,7 @@ def _attempt_line(a: dict[str, Any]) -> str:
     if a.get("started_over"):
         text += f"\n      started over: {a['started_over']}"
     step, step_at = a["checkpoint_step"], a["checkpoint_at"]
-    if a["outcome"] == "preempted":
+    if a["outcome"] == Outcome.PREEMPTED:
         text += f"\n      preempted at {render.clock(a['ended_at'])}"
         if step is not None:
             lost = (a["ended_at"] or 0) - (step_at or 0)
@@ -138,8 +142,9 @@ def _attempt_line(a: dict[str, Any]) -> str:
         total = a.get("checkpoint_total")
         text += (f"\n      last checkpoint step {step}{f'/{total}' if total else ''} at "
                  f"{render.clock(step_at)} ({render.ago(step_at)} ago)")
-        if a["outcome"] is None and a.get("eta_at"):
-            text += f", ETA {render.duration(a['eta_at'] - time.time())}"
+        eta = a["eta_at"]
+        if a["outcome"] is None and eta:
+            text += f", ETA {render.duration(eta - time.time())}"
     return text
 
 

@@ -10,20 +10,31 @@ import fnmatch
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 
 from tpuq.cli import context, render
+from tpuq.cli.args import words_option
 from tpuq.spec import job_label
+from tpuq.state.states import ACTIVE, LIVE, WAITING, JobState, StopRequest, in_order
 
-STATES = ("queued", "held", "assigned", "running", "preempting", "succeeded", "failed",
-          "cancelled", "timeout")
+STATES = tuple(st.value for st in JobState)
 PIPE_WIDTH = 1000  # no terminal: rows are not cut (scripts should read --json)
 
 
-def job_name(j: dict[str, Any]) -> str:
+if TYPE_CHECKING:  # types only: `status` does not pay for building them
+    from tpuq.jobjson import ListedJob
+
+    class Row(ListedJob, total=False):
+        """A job as a table row: the waiting tasks of an array collapse into one."""
+
+        tasks: list[int]  # the array's waiting tasks this row stands for
+        shown_id: str  # `12_[3-99]`
+
+
+def job_name(j: Mapping[str, Any]) -> str:
     """The job's --name, else its script's (or its command's) file name; an array's
     task gets its index: `sweep.py[7]`."""
     base = job_label(j.get("name"), j["command"])
@@ -32,45 +43,45 @@ def job_name(j: dict[str, Any]) -> str:
     return base
 
 
-def shown_state(j: dict[str, Any]) -> str:
-    if j["state"] == "preempting" and j.get("stop_request") == "cancel":
+def shown_state(j: ListedJob) -> str:
+    if j["state"] == JobState.PREEMPTING and j.get("stop_request") == StopRequest.CANCEL:
         return "cancelling"
     return str(j["state"])
 
 
-def progress(j: dict[str, Any], now: float) -> str:
+def progress(j: ListedJob, now: float) -> str:
     """The last step reported (of a total, if the job gave one) and, for a running job
     that gave a total, when it should end; else how long ago it reported."""
     if j.get("step") is None:
         return "-"
-    total = j.get("total")
+    total, eta = j.get("total"), j.get("eta_at")
     text = f"step {j['step']}/{total}" if total else f"step {j['step']}"
-    if total and j.get("eta_at") and j["state"] in ("running", "preempting"):
-        return f"{text}, ETA {render.duration(j['eta_at'] - now)}"
+    if total and eta and j["state"] in LIVE:
+        return f"{text}, ETA {render.duration(eta - now)}"
     return text + (f" ({render.ago(j['step_at'], now)} ago)" if j.get("step_at") else "")
 
 
-def age(j: dict[str, Any], now: float) -> str:
+def age(j: ListedJob, now: float) -> str:
     """Queued: since submit; running: its runtime; ended: since it ended."""
-    if j["state"] in ("running", "preempting", "assigned") and j.get("started_at"):
+    if j["state"] in ACTIVE and j.get("started_at"):
         return render.ago(j["started_at"], now)
     if j.get("ended_at"):
         return render.ago(j["ended_at"], now) + " ago"
     return render.ago(j["submitted_at"], now)
 
 
-def reason(j: dict[str, Any]) -> str:
-    if j["state"] == "queued":
+def reason(j: ListedJob) -> str:
+    if j["state"] == JobState.QUEUED:
         return str(j.get("waiting_for") or "")
-    if j["state"] == "held":
+    if j["state"] == JobState.HELD:
         return j.get("reason") or f"held: `tpuq release {j['id']}` lets it run"
     return str(j.get("reason") or "")
 
 
-def start(j: dict[str, Any], now: float) -> str:
+def start(j: ListedJob, now: float) -> str:
     """When a queued job should start (`--start`): now, or in how long and at what
     local time; `-` when no estimate can be given (REASON says why)."""
-    if j["state"] != "queued" or "expected_start" not in j:
+    if j["state"] != JobState.QUEUED or "expected_start" not in j:
         return "-"
     at = j["expected_start"]
     if at is None:
@@ -81,7 +92,7 @@ def start(j: dict[str, Any], now: float) -> str:
     return f"in {render.duration(at - now)} ({time.strftime(fmt, time.localtime(at))})"
 
 
-def checkpoint(j: dict[str, Any]) -> str:
+def checkpoint(j: ListedJob) -> str:
     """Where its checkpoints live: `shared` (the same on every host), `HOST only` (that
     host's disk), `-` (no attempt yet). `tpuq show` gives the path."""
     if not j.get("checkpoint_dir"):
@@ -89,12 +100,12 @@ def checkpoint(j: dict[str, Any]) -> str:
     return f"{j['checkpoint_host']} only" if j.get("checkpoint_host") else "shared"
 
 
-def chips(j: dict[str, Any]) -> str:
+def chips(j: ListedJob) -> str:
     n = "all" if j["chips"] is None else str(j["chips"])
     return f"{n}/{j['tpu_type']}" if j.get("tpu_type") else n
 
 
-Cell = Callable[[dict[str, Any], float], str]
+Cell = Callable[["Row", float], str]
 COLUMNS: dict[str, tuple[str, Cell]] = {
     "id": ("ID", lambda j, now: str(j.get("shown_id") or j["id"])),
     "name": ("NAME", lambda j, now: job_name(j)),
@@ -113,9 +124,9 @@ COLUMNS: dict[str, tuple[str, Cell]] = {
 }
 DEFAULT = "id,name,user,state,chips,host,progress,time,reason"
 STARTS = "id,name,user,state,chips,time,start,reason"  # --start, as squeue --start
-COLOURS = {"running": "green", "succeeded": "green", "failed": "red", "timeout": "red",
-           "cancelled": "yellow", "cancelling": "yellow", "preempting": "yellow",
-           "held": "blue"}
+COLOURS = {JobState.RUNNING: "green", JobState.SUCCEEDED: "green", JobState.FAILED: "red",
+           JobState.TIMEOUT: "red", JobState.CANCELLED: "yellow", "cancelling": "yellow",
+           JobState.PREEMPTING: "yellow", JobState.HELD: "blue"}
 
 
 def parse_format(text: str) -> list[str]:
@@ -132,8 +143,8 @@ def parse_format(text: str) -> list[str]:
 @click.option("--mine", is_flag=True, help="Only my jobs.")
 @click.option("--user", envvar="TPUQ_STATUS_USER", help="Only this user's jobs.")
 @click.option("--team", "team_filter", help="Only this team's jobs.")
-@click.option("--state", "states", multiple=True, type=click.Choice(STATES),
-              help="Only jobs in this state (repeatable).")
+@words_option("--state", "states", choices=STATES,
+              help="Only jobs in these states (repeatable, or comma-separated).")
 @click.option("--name", "name_pattern", help="Only jobs whose NAME matches (glob: 'sweep-*').")
 @click.option("--host", "host_filter", help="Only jobs on this host.")
 @click.option("-n", "--recent", default=20, show_default=True,
@@ -156,16 +167,22 @@ def status(show_all: bool, mine: bool, user: str | None, team_filter: str | None
     how far, and why the rest waits.
 
     \b
-      tpuq status --mine --state queued       why are mine waiting?
-      tpuq status -o id,name,state,reason     pick columns
-      tpuq status --watch                     refresh in place
-      tpuq status --start                     when will my queued jobs start?
+      tpuq status --mine --state queued,held   why are mine waiting?
+      tpuq status --user alice --team vision   someone's, a team's
+      tpuq status --name 'sweep-*' --host tpu-a by name glob, by host
+      tpuq status -n 50                        the 50 most recent ended jobs
+      tpuq status --all                        every job ever
+      tpuq status --expand                     one row per waiting array task
+      tpuq status -o id,name,state,reason      pick columns, as squeue -o
+      tpuq status --watch                      refresh in place every 2 s
+      tpuq status --start                      when will my queued jobs start?
+      tpuq status --json                       job objects for scripts
 
     With --json, prints a JSON list of job objects (id, name, state, attempts, host,
     exit_code, command, waiting_for, started_at, step, ...).
     """
     if starts:
-        states = states or ("queued", "held")
+        states = states or in_order(WAITING)
         fmt = STARTS if fmt == DEFAULT else fmt
     columns = parse_format(fmt)
     owner = user
@@ -176,7 +193,7 @@ def status(show_all: bool, mine: bool, user: str | None, team_filter: str | None
 
     fleet: list[str] = []  # what the fleet's VMs wait for (tpuq fleet status)
 
-    def fetch() -> tuple[list[dict[str, Any]], list[dict[str, Any]], float]:
+    def fetch() -> tuple[list[Row], list[dict[str, Any]], float]:
         from tpuq.client import ClientError
         from tpuq.protocol import Failure, JobList, ListJobs
 
@@ -191,9 +208,10 @@ def status(show_all: bool, mine: bool, user: str | None, team_filter: str | None
             if not (folded and e.kind is Failure.BAD_REQUEST and "collapse" in e.message):
                 raise
             reply = context.ask(req.replace(collapse=False), JobList)
-        jobs = [j for j in reply.jobs
-                if (name_pattern is None or fnmatch.fnmatch(job_name(j), name_pattern))
-                and (host_filter is None or j["host"] == host_filter)]
+        jobs = cast("list[Row]", [
+            j for j in cast("list[ListedJob]", reply.jobs)
+            if (name_pattern is None or fnmatch.fnmatch(job_name(j), name_pattern))
+            and (host_filter is None or j["host"] == host_filter)])
         fleet[:] = reply.fleet
         return jobs, reply.hosts, reply.now
 
@@ -203,7 +221,7 @@ def status(show_all: bool, mine: bool, user: str | None, team_filter: str | None
     if not expand:
         plain = fetch
 
-        def fetch() -> tuple[list[dict[str, Any]], list[dict[str, Any]], float]:
+        def fetch() -> tuple[list[Row], list[dict[str, Any]], float]:
             jobs, hosts, now = plain()
             return collapse(jobs), hosts, now
 
@@ -227,22 +245,23 @@ def status(show_all: bool, mine: bool, user: str | None, team_filter: str | None
             return
 
 
-def collapse(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def collapse(jobs: list[Row]) -> list[Row]:
     """The waiting tasks of an array as one row, `12_[3-99]` (as squeue shows them)."""
     from tpuq.arrays import compress
 
-    out: list[dict[str, Any]] = []
-    rows: dict[tuple[int, str], dict[str, Any]] = {}
+    out: list[Row] = []
+    rows: dict[tuple[int, str], Row] = {}
     for j in jobs:
-        if j.get("array_id") is None or j["state"] not in ("queued", "held"):
+        array_id = j["array_id"]
+        if array_id is None or j["state"] not in WAITING:
             out.append(j)
             continue
-        key = (j["array_id"], j["state"])
+        key = (array_id, j["state"])
         row = rows.get(key)
         if row is None:
-            row = rows[key] = {**j, "tasks": []}
+            row = rows[key] = cast("Row", {**j, "tasks": []})
             out.append(row)
-        row["tasks"].extend(j.get("tasks") or [j["array_index"]])  # the agent's, folded
+        row["tasks"].extend(j.get("tasks") or [cast(int, j["array_index"])])  # folded
     for row in rows.values():
         row["shown_id"] = f"{row['array_id']}_[{compress(row['tasks'])}]"
     return out
@@ -259,7 +278,7 @@ def _console() -> Any:
     return Console(width=PIPE_WIDTH, highlight=False)
 
 
-def _view(jobs: list[dict[str, Any]], hosts: list[dict[str, Any]], now: float,
+def _view(jobs: list[Row], hosts: list[dict[str, Any]], now: float,
           columns: Sequence[str], fleet: Sequence[str] = ()) -> Any:
     from rich.console import Group
     from rich.text import Text
@@ -343,7 +362,7 @@ def _flat(value: str) -> str:
     return " ".join(value.split())
 
 
-def _jobs_table(jobs: list[dict[str, Any]], now: float, columns: Sequence[str]) -> Any:
+def _jobs_table(jobs: list[Row], now: float, columns: Sequence[str]) -> Any:
     headers = [COLUMNS[c][0] for c in columns]
     rows = [[_flat(COLUMNS[c][1](j, now)) for c in columns] for j in jobs]
     styles = [COLOURS.get(shown_state(j)) for j in jobs]

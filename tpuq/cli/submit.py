@@ -18,6 +18,7 @@ from tpuq.cli.errors import UserError
 from tpuq.cli.wait import cancel_on_interrupt_option
 from tpuq.spec import JobSpec, SpecError
 from tpuq.submitopts import SubmitOptions, resolve
+from tpuq.state.states import JobState
 
 if TYPE_CHECKING:
     from tpuq.settings import Settings
@@ -226,7 +227,7 @@ def _submit(command: tuple[str, ...], name: str | None, chips: int | None,
 
 def _tell(job_id: int, tasks: list[int], notes: list[str], hold: bool, quiet: bool,
           as_json: bool) -> None:
-    state = "held" if hold else "queued"
+    state = JobState.HELD if hold else JobState.QUEUED
     if as_json:
         context.echo_json({"id": job_id, "state": state, **({"tasks": tasks} if tasks else {})})
     elif quiet:

@@ -15,8 +15,10 @@ import click
 
 from tpuq.cli import context
 from tpuq.cli.errors import UserError
+from tpuq.state.states import JobState
 
-OUTCOME_EXIT = {"succeeded": 0, "failed": 10, "cancelled": 11, "timeout": 12}
+OUTCOME_EXIT: dict[str, int] = {JobState.SUCCEEDED: 0, JobState.FAILED: 10,
+                                 JobState.CANCELLED: 11, JobState.TIMEOUT: 12}
 INTERRUPTED_EXIT = 130  # as a shell reports a command ended by SIGINT
 
 cancel_on_interrupt_option = click.option(
@@ -73,7 +75,7 @@ def on_interrupt(ids: Sequence[int], *, cancel: bool, array: int | None = None) 
 
 
 def exit_status(ended: dict[int, str], ids: Sequence[int]) -> int:
-    return next((outcome_exit(ended[i]) for i in ids if ended[i] != "succeeded"), 0)
+    return next((outcome_exit(ended[i]) for i in ids if ended[i] != JobState.SUCCEEDED), 0)
 
 
 def resolve(refs: Sequence[str]) -> list[int]:

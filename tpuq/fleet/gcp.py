@@ -123,7 +123,7 @@ class GoogleTpuApi:
         try:
             op = self._call(fn, request)
         except ApiError as e:
-            if e.kind is ErrorKind.NOT_FOUND:
+            if e.api_kind is ErrorKind.NOT_FOUND:
                 return None
             raise
         return str(op.operation.name)

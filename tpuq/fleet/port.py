@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Protocol
 
+from tpuq.errors import Failure, TpuqError
 from tpuq.fleet.spec import SlotSpec
 
 
@@ -29,10 +30,14 @@ class ErrorKind(str, Enum):
         return self.value
 
 
-class ApiError(Exception):
-    def __init__(self, kind: ErrorKind, message: str) -> None:
+class ApiError(TpuqError):
+    """A TPU API call that failed; `api_kind` says how the controller reacts."""
+
+    KIND = Failure.UNAVAILABLE
+
+    def __init__(self, api_kind: ErrorKind, message: str) -> None:
         super().__init__(message)
-        self.kind = kind
+        self.api_kind = api_kind
         self.message = message
 
 

@@ -272,14 +272,14 @@ def after_call(m: Member, call: Call, spec: SlotSpec | None, result: str | None 
     """What to record once `call` answered: its operation's name, or an ApiError."""
     if not isinstance(result, ApiError):
         return _with(m, op_name=result)
-    if call is Call.CREATE and result.kind is ErrorKind.EXISTS:
+    if call is Call.CREATE and result.api_kind is ErrorKind.EXISTS:
         return _with(m, phase="creating")  # made by an earlier try: watch it
     if call is Call.CREATE and spec is not None:
         # no answer (a timeout, a dropped connection): it may have made the VM, so the next
         # try takes a new id, and waits for whatever the old one made to be deleted
-        unknown = result.kind is ErrorKind.TRANSIENT
+        unknown = result.api_kind is ErrorKind.TRANSIENT
         return _backoff(_with(m, phase="waiting", generation=m.generation + int(unknown)),
-                        result.kind, result.message, spec, now, p, jitter).member
+                        result.api_kind, result.message, spec, now, p, jitter).member
     # a delete that failed is tried again after a backoff, never in a tight loop
     delay = backoff_s(ErrorKind.TRANSIENT, max(1, m.tries), p) * jitter
     return _with(m, next_try_at=now + delay, tries=m.tries + 1,

@@ -12,6 +12,7 @@ from typing import Protocol
 
 from sqlalchemy.orm import Session
 
+from tpuq.errors import Failure, TpuqError
 from tpuq.fleet import store
 from tpuq.fleet.reconcile import Member, Step
 from tpuq.fleet.spec import SlotSpec
@@ -22,8 +23,10 @@ from tpuq.state.db import Database
 ROLE = "fleet"
 
 
-class NotLeader(Exception):
+class NotLeader(TpuqError):
     """The lease was lost: record nothing more, call nothing."""
+
+    KIND = Failure.CONFLICT
 
 
 class Records(Protocol):

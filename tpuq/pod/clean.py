@@ -25,6 +25,7 @@ from typing import Any
 from tpuq import localclient
 from tpuq import settings as settings_mod
 from tpuq.agent import cleanup
+from tpuq.errors import Failure, TpuqError
 from tpuq.pod import ssh
 from tpuq.pod.hosts import Worker
 from tpuq.protocol import CleanTpu, Refusal, TpuCleaned
@@ -34,8 +35,10 @@ INSTALLED = "/opt/tpuq/venv/bin/tpuq"  # where `tpuq pod setup` installs tpuq on
 NOT_INSTALLED = 127
 
 
-class CleanError(Exception):
+class CleanError(TpuqError):
     """The host's TPU could not be cleaned (the agent refused, or did not answer)."""
+
+    KIND = Failure.UNAVAILABLE
 
 
 def agent_env(path: str) -> dict[str, str]:

@@ -28,6 +28,8 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tpuq.errors import TpuqError
+
 DEFAULT_HOSTS_FILE = "~/podips.txt"
 GCE_METADATA_URL = "http://metadata.google.internal/computeMetadata/v1/"
 THIS_MACHINE = "127.0.0.1"  # how worker 0 is reached when a list leaves it out
@@ -35,7 +37,7 @@ THIS_MACHINE = "127.0.0.1"  # how worker 0 is reached when a list leaves it out
 _HOST = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
-class HostsError(ValueError):
+class HostsError(TpuqError, ValueError):
     """The workers cannot be known: a bad hosts file or list, or nothing to ask."""
 
 

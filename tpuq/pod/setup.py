@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from tpuq.errors import Failure, TpuqError
 from tpuq.pod import ssh
 from tpuq.pod.hosts import Worker
 from tpuq.pod.run import LinePrefixer
@@ -63,8 +64,10 @@ class Step:
                 "detail": self.detail, "error": self.error}
 
 
-class SetupError(Exception):
+class SetupError(TpuqError):
     """A step that the next ones need failed; the message says which and why."""
+
+    KIND = Failure.UNAVAILABLE
 
 
 def inputs_file(values: dict[str, str]) -> bytes:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from tpuq.errors import Failure, TpuqError
 from tpuq.pod.hosts import Worker
 
 T = TypeVar("T")
@@ -35,11 +36,13 @@ class Writer(Protocol):
     def write(self, text: str, /) -> int: ...
 
 
-class SshError(Exception):
+class SshError(TpuqError):
     """A worker could not be reached or asked; the message names it, for people."""
 
+    KIND = Failure.UNAVAILABLE
 
-class KeyFileError(ValueError):
+
+class KeyFileError(TpuqError, ValueError):
     """The SSH key file given does not exist or cannot be read."""
 
 

@@ -33,10 +33,20 @@ from tpuq.state import hosts
 from tpuq.state.clock import db_now, from_now
 from tpuq.state.db import SCHEMA_HEAD
 from tpuq.state.models import Allocation, Attempt, Job
-from tpuq.state.states import ACTIVE, NOT_CHARGED, JobState, Outcome
+from tpuq.state.states import (
+    ACTIVE,
+    ASSIGNED,
+    EVENT_RESTARTED,
+    NOT_CHARGED,
+    PREEMPTING,
+    QUEUED,
+    RUNNING,
+    JobState,
+    Outcome,
+    StopRequest,
+)
 from tpuq.state.transitions import JOBS, Rider, notification_rider, transition_returning
 
-Q, A, R, P = JobState.QUEUED, JobState.ASSIGNED, JobState.RUNNING, JobState.PREEMPTING
 AGENT = "agent"
 ATTEMPTS = cast(Table, Attempt.__table__)
 ALLOCATIONS = cast(Table, Allocation.__table__)
@@ -66,10 +76,10 @@ def assign(s: Session, job_id: int, attempt_now: int, host: str, chips: Sequence
         if checkpoint.fresh:
             values["checkpoint_seen_at"] = None
     if over is not None:
-        riders.append(notification_rider("restarted", over))
+        riders.append(notification_rider(EVENT_RESTARTED, over))
     said = reason or f"assigned to {host} chips {','.join(map(str, chips))}"
     row = transition_returning(
-        s, job_id, Q, A, attempt=attempt_now, actor="scheduler",
+        s, job_id, QUEUED, ASSIGNED, attempt=attempt_now, actor="scheduler",
         reason=f"{said}; {over}" if over else said, values=values, riders=riders)
     return None if row is None else new
 
@@ -101,7 +111,7 @@ def start(s: Session, job_id: int, attempt: int, host: str, *, boot_id: str, log
     an attempt of its own boot even if it died between this commit and the spawn.
     """
     return transition_returning(
-        s, job_id, A, R, attempt=attempt, host=host, actor=AGENT, reason=f"starting on {host}",
+        s, job_id, ASSIGNED, RUNNING, attempt=attempt, host=host, actor=AGENT, reason=f"starting on {host}",
         values={"lease_expires_at": from_now(lease_s)}, returning=START_COLUMNS,
         riders=[_attempt_update(job_id, attempt, "started", {
             "boot_id": boot_id, "log_path": log_path, "code_revision": SCHEMA_HEAD})])
@@ -198,7 +208,7 @@ def renew(s: Session, job_id: int, attempt: int, host: str, lease_s: float) -> L
     row = s.execute(
         update(JOBS)
         .where(JOBS.c.id == job_id, JOBS.c.attempt == attempt, JOBS.c.host == host,
-               JOBS.c.state.in_([A.value, R.value, P.value]))
+               JOBS.c.state.in_([ASSIGNED.value, RUNNING.value, PREEMPTING.value]))
         .values(lease_expires_at=db_now() + lease_s)
         .returning(JOBS.c.stop_request)
     ).first()
@@ -299,7 +309,7 @@ def finish_recorded(s: Session, job_id: int, attempt: int, host: str | None, end
     end = effective_ending(job.stop_request, end,
                            job.reason if job.state == JobState.PREEMPTING.value else None)
     to, values, reason = _next_state(job, end, retry_backoff_s)
-    if to is Q and end.outcome in HOST_REASONS and JobState(job.state) is not A \
+    if to is QUEUED and end.outcome in HOST_REASONS and JobState(job.state) is not ASSIGNED \
             and host_streak(s, job_id, attempt, host_retries) >= host_retries:
         # the state machine has no assigned -> failed: an attempt that never started is
         # requeued, and the streak it adds ends the job at its next host problem
@@ -321,10 +331,13 @@ def finish_recorded(s: Session, job_id: int, attempt: int, host: str | None, end
 # a job that saves and exits 0 after its preemption notice still has work left to do.
 # Except a job that succeeded before the stop signal reached it: its work is done, and
 # running it again would do it twice.
-STOP_OUTCOME = {"cancel": Outcome.CANCELLED, "preempt": Outcome.PREEMPTED,
-                "timeout": Outcome.TIMEOUT}
-STOP_WORDS = {"cancel": "cancelled", "preempt": "preempted", "timeout": "time limit reached"}
-STOP_NOUNS = {"cancel": "cancel", "preempt": "preemption", "timeout": "time limit"}
+STOP_OUTCOME: dict[str, Outcome] = {StopRequest.CANCEL: Outcome.CANCELLED,
+                                     StopRequest.PREEMPT: Outcome.PREEMPTED,
+                                     StopRequest.TIMEOUT: Outcome.TIMEOUT}
+STOP_WORDS: dict[str, str] = {StopRequest.CANCEL: "cancelled", StopRequest.PREEMPT: "preempted",
+                               StopRequest.TIMEOUT: "time limit reached"}
+STOP_NOUNS: dict[str, str] = {StopRequest.CANCEL: "cancel", StopRequest.PREEMPT: "preemption",
+                               StopRequest.TIMEOUT: "time limit"}
 
 
 def effective_ending(stop_request: str | None, end: Ending, why: str | None = None) -> Ending:
@@ -348,7 +361,7 @@ def _next_state(job: Any, end: Ending, backoff_s: float) -> tuple[JobState, dict
         if job.failures < job.max_retries:
             delay = backoff_s * (2 ** job.failures)
             values.update(failures=job.failures + 1, not_before=from_now(delay))
-            return Q, values, (f"{end.reason}; retry {job.failures + 1}/{job.max_retries} "
+            return QUEUED, values, (f"{end.reason}; retry {job.failures + 1}/{job.max_retries} "
                                f"in {delay:g}s")
         values.update(failures=job.failures + 1, ended_at=from_now())
         return JobState.FAILED, values, end.reason
@@ -364,7 +377,7 @@ def _next_state(job: Any, end: Ending, backoff_s: float) -> tuple[JobState, dict
                 return JobState.FAILED, values, f"{end.reason}; not requeued (--no-requeue)"
         # a host problem must not spin: the same job on the same broken host, 1000x a second
         values["not_before"] = from_now(backoff_s) if o is Outcome.HOST_ERROR else None
-        return Q, values, f"{end.reason}; requeued"
+        return QUEUED, values, f"{end.reason}; requeued"
     values["ended_at"] = from_now()
     target = {Outcome.SUCCEEDED: JobState.SUCCEEDED, Outcome.CANCELLED: JobState.CANCELLED,
               Outcome.TIMEOUT: JobState.TIMEOUT}[o]
@@ -375,7 +388,8 @@ def expired_leases(s: Session, limit: int = 100) -> set[tuple[int, int]]:
     """(job, attempt) of active jobs whose lease ran out: their host stopped renewing."""
     rows = s.execute(
         select(Job.id, Job.attempt)
-        .where(Job.state.in_([A.value, R.value, P.value]), Job.lease_expires_at < db_now())
+        .where(Job.state.in_([ASSIGNED.value, RUNNING.value, PREEMPTING.value]),
+               Job.lease_expires_at < db_now())
         .limit(limit)
     ).all()
     return {(r.id, r.attempt) for r in rows}
@@ -393,7 +407,8 @@ def requeue_expired(s: Session, suspects: set[tuple[int, int]], *,
     rows = s.execute(
         select(Job.id, Job.attempt, Job.host, Job.workers)
         .where(Job.id.in_(sorted(j for j, _ in suspects)),
-               Job.state.in_([A.value, R.value, P.value]), Job.lease_expires_at < db_now())
+               Job.state.in_([ASSIGNED.value, RUNNING.value, PREEMPTING.value]),
+               Job.lease_expires_at < db_now())
         .with_for_update(skip_locked=True)
     ).all()
     done, silent = [], []
@@ -419,7 +434,7 @@ def requeue_rebooted(s: Session, host: str, boot_id: str, *,
     rows = s.execute(
         select(Job.id, Job.attempt, Attempt.boot_id)
         .join(Attempt, (Attempt.job_id == Job.id) & (Attempt.number == Job.attempt))
-        .where(Job.host == host, Job.state.in_([A.value, R.value, P.value]))
+        .where(Job.host == host, Job.state.in_([ASSIGNED.value, RUNNING.value, PREEMPTING.value]))
     ).all()
     done = []
     for r in rows:
@@ -436,7 +451,7 @@ def requeue_rebooted(s: Session, host: str, boot_id: str, *,
 def assigned_to(s: Session, host: str) -> list[tuple[int, int]]:
     """(job, attempt) of everything assigned to `host` and not started yet."""
     rows = s.execute(select(JOBS.c.id, JOBS.c.attempt)
-                     .where(JOBS.c.host == host, JOBS.c.state == A.value)).all()
+                     .where(JOBS.c.host == host, JOBS.c.state == ASSIGNED.value)).all()
     return [(r.id, r.attempt) for r in rows]
 
 
@@ -444,6 +459,6 @@ def active_on_host(s: Session, host: str) -> list[tuple[Job, Attempt]]:
     rows = s.execute(
         select(Job, Attempt)
         .join(Attempt, (Attempt.job_id == Job.id) & (Attempt.number == Job.attempt))
-        .where(Job.host == host, Job.state.in_([A.value, R.value, P.value]))
+        .where(Job.host == host, Job.state.in_([ASSIGNED.value, RUNNING.value, PREEMPTING.value]))
     ).all()
     return [(r[0], r[1]) for r in rows]

@@ -17,6 +17,7 @@ from sqlalchemy.engine import CursorResult
 from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlalchemy.orm import Session
 
+from tpuq.errors import Failure, TpuqError
 from tpuq.state import versions
 from tpuq.state.versions import Schema
 
@@ -43,8 +44,10 @@ PG_CONNECT_ARGS = {
 }
 
 
-class SchemaError(RuntimeError):
+class SchemaError(TpuqError, RuntimeError):
     """The database is missing or not at the schema this tpuq expects."""
+
+    KIND = Failure.UNAVAILABLE
 
 
 def _sqlite_engine(url: str, immediate: bool) -> Engine:

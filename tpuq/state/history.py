@@ -48,11 +48,14 @@ def ended(s: Session, *, since: float | None, until: float | None, user: str | N
     else:
         jobs = list(s.execute(q.order_by(Job.ended_at, Job.id)))
     cost: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])  # run, charged, free
+    held: dict[int, tuple[int, int]] = {}  # its latest attempt: (number, chips it held)
     # the attempts of the same jobs in one query (a join on the same filter, not a list of
     # ten thousand ids)
-    for a in s.execute(select(Attempt.job_id, Attempt.chips, Attempt.started_at,
-                              Attempt.ended_at, Attempt.outcome)
+    for a in s.execute(select(Attempt.job_id, Attempt.number, Attempt.chips,
+                              Attempt.started_at, Attempt.ended_at, Attempt.outcome)
                        .join(Job, Job.id == Attempt.job_id).where(*where)):
+        if a.number > held.get(a.job_id, (0, 0))[0]:
+            held[a.job_id] = (a.number, len(a.chips or ()))
         if a.started_at is None or a.ended_at is None:
             continue
         run = max(0.0, a.ended_at - a.started_at)
@@ -65,4 +68,6 @@ def ended(s: Session, *, since: float | None, until: float | None, user: str | N
              "submitted_at": j.submitted_at, "ended_at": j.ended_at, "attempts": j.attempt,
              "runtime_s": round(cost[j.id][0], 3),
              "chip_hours": round(cost[j.id][1], 6),
-             "chip_hours_not_charged": round(cost[j.id][2], 6)} for j in jobs]
+             "chip_hours_not_charged": round(cost[j.id][2], 6),
+             # what its latest attempt held (a whole-host job: the host's); None: no host
+             "chips_held": held[j.id][1] if j.id in held else None} for j in jobs]

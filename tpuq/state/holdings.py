@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from tpuq.state.clock import db_now
 from tpuq.state.models import Allocation, Attempt, Host, Job
+from tpuq.state.states import Outcome
 
 SHARE_SAMPLE = 5000  # newest ended jobs read for the shares of their limits
 SHARE_WINDOW_S = 14 * 86400.0
@@ -58,7 +59,7 @@ def shares(s: Session) -> dict[str, float]:
     set with room to spare stays so)."""
     q = (select(Job.owner, (Attempt.ended_at - Attempt.started_at) / Job.time_limit_s)
          .select_from(Attempt).join(Job, Job.id == Attempt.job_id)
-         .where(Attempt.outcome == "succeeded", Job.time_limit_s > 0,
+         .where(Attempt.outcome == Outcome.SUCCEEDED.value, Job.time_limit_s > 0,
                 Attempt.started_at.is_not(None),
                 Attempt.ended_at > db_now() - SHARE_WINDOW_S)
          .order_by(Attempt.ended_at.desc()).limit(SHARE_SAMPLE))

@@ -18,18 +18,23 @@ from sqlalchemy import ColumnElement, Connection, delete, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from tpuq.errors import Failure, TpuqError
 from tpuq.state.clock import db_now
 from tpuq.state.db import SCHEMA_HEAD, rows_changed
 from tpuq.state.models import Host, Meta
 from tpuq.state.versions import MIN_CODE_KEY, rank
 
 
-class NameTaken(Exception):
+class NameTaken(TpuqError):
     """Another live agent holds the host name; the message says which."""
 
+    KIND = Failure.CONFLICT
 
-class HostLive(Exception):
+
+class HostLive(TpuqError):
     """The host's agent is alive: it cannot be forgotten."""
+
+    KIND = Failure.CONFLICT
 
 
 @dataclass(frozen=True)

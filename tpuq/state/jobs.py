@@ -19,13 +19,21 @@ from sqlalchemy.types import UserDefinedType
 
 from tpuq import runfn
 from tpuq.arrays import INDEX, Tasks
-from tpuq.spec import SPEC_FIELDS, JobSpec
+from tpuq.spec import SPEC_FIELDS, JobSpec, format_duration
 from tpuq.state import admission, functions, queries
 from tpuq.state.attempts import release_chips
 from tpuq.state.clock import db_now
 from tpuq.state.db import rows_changed
 from tpuq.state.models import Job, JobEvent
-from tpuq.state.states import TERMINAL, JobState, StopRequest
+from tpuq.state.states import (
+    ASSIGNED,
+    HELD,
+    PREEMPTING,
+    QUEUED,
+    TERMINAL,
+    JobState,
+    StopRequest,
+)
 from tpuq.state.transitions import CHUNK, transition, transition_many
 from tpuq.submitopts import Resubmission
 
@@ -45,8 +53,6 @@ class _EncodedJSON(UserDefinedType[str]):
 # an array's task: its command and environment given as JSON text already encoded
 _INSERT_TASK = insert(JOBS).values(command=type_coerce(bindparam("command_json"), _EncodedJSON()),
                                    env=type_coerce(bindparam("env_json"), _EncodedJSON()))
-Q, H, A, R, P = (JobState.QUEUED, JobState.HELD, JobState.ASSIGNED, JobState.RUNNING,
-                 JobState.PREEMPTING)
 
 
 def submit(s: Session, spec: JobSpec, actor: str | None = None, held: bool = False) -> int:
@@ -58,7 +64,7 @@ def submit(s: Session, spec: JobSpec, actor: str | None = None, held: bool = Fal
     """
     spec.validate()
     admission.check_shape(s, spec)
-    state = H if held else Q
+    state = HELD if held else QUEUED
     values = spec.to_dict()
     job_id = s.execute(
         insert(Job)
@@ -97,7 +103,7 @@ def submit_array(s: Session, tasks: Tasks, throttle: int | None, actor: str | No
     added."""
     spec = tasks.spec
     admission.check_shape(s, spec)  # every task has the same shape
-    state = H if held else Q
+    state = HELD if held else QUEUED
     now = float(s.execute(select(db_now())).scalar_one())  # one value for every row
     common = {**spec.to_dict(), "workers": spec.workers, "state": state.value, "failures": 0,
               "preemptions": 0, "attempt": 0, "submitted_at": now, "updated_at": now,
@@ -138,7 +144,7 @@ def submit_batch(s: Session, specs: Sequence[JobSpec], held: Sequence[bool],
     for shape in {(sp.tpu_type, sp.chips): sp for sp in specs}.values():
         admission.check_shape(s, shape)
     now = float(s.execute(select(db_now())).scalar_one())
-    rows = [{**spec.to_dict(), "workers": spec.workers, "state": (H if h else Q).value,
+    rows = [{**spec.to_dict(), "workers": spec.workers, "state": (HELD if h else QUEUED).value,
              "failures": 0, "preemptions": 0, "attempt": 0, "submitted_at": now,
              "updated_at": now} for spec, h in zip(specs, held, strict=True)]
     ids = [int(i) for i in s.scalars(insert(Job).returning(Job.id, sort_by_parameter_order=True),
@@ -212,9 +218,9 @@ def owners_of(s: Session, job_ids: Sequence[int]) -> dict[int, str]:
 
 # what a bulk command does set-based: the state it moves many jobs from, and to
 _BULK: dict[str, tuple[tuple[JobState, JobState, str], ...]] = {
-    "cancel": ((Q, JobState.CANCELLED, "cancelled"), (H, JobState.CANCELLED, "cancelled")),
-    "hold": ((Q, H, "held"),),
-    "release": ((H, Q, "released"),),
+    "cancel": ((QUEUED, JobState.CANCELLED, "cancelled"), (HELD, JobState.CANCELLED, "cancelled")),
+    "hold": ((QUEUED, HELD, "held"),),
+    "release": ((HELD, QUEUED, "released"),),
     "preempt": (),
 }
 
@@ -252,11 +258,11 @@ def update(s: Session, job_id: int, actor: str, *, priority: int | None = None,
         return Result(job_id, False, "does not exist")
     if not values:
         return Result(job_id, False, "nothing to change (--priority, --time)")
-    done = s.execute(update_(Job).where(Job.id == job_id, Job.state.in_([Q.value, H.value]))
+    done = s.execute(update_(Job).where(Job.id == job_id, Job.state.in_([QUEUED.value, HELD.value]))
                      .values(**values, updated_at=db_now()))
     if not rows_changed(done):
         return Result(job_id, False, f"is {job.state}: only a queued or held job changes")
-    what = ", ".join(f"{k.replace('_s', '')} {v:g}" if isinstance(v, float) else f"{k} {v}"
+    what = ", ".join(f"time_limit {format_duration(v)}" if k == "time_limit_s" else f"{k} {v}"
                      for k, v in values.items())
     s.execute(insert(JobEvent).values(job_id=job_id, at=db_now(), from_state=job.state,
                                       to_state=job.state, attempt=job.attempt,
@@ -282,37 +288,37 @@ def request_stop(s: Session, job_id: int, actor: str, kind: StopRequest,
     state = JobState(job.state)
     if state in TERMINAL:
         return Result(job_id, False, f"already {state.value}")
-    if state in (Q, H):
+    if state in (QUEUED, HELD):
         if kind is StopRequest.PREEMPT:
             return Result(job_id, False, f"is {state.value}, not running")
         ok = transition(s, job_id, [state], JobState.CANCELLED, reason=f"cancelled by {actor}",
                         actor=actor, values={"ended_at": db_now()})
         return Result(job_id, ok, "cancelled" if ok else "changed meanwhile, try again")
-    if state is A and kind is StopRequest.CANCEL:
+    if state is ASSIGNED and kind is StopRequest.CANCEL:
         # not started yet: the agent's assigned->running compare-and-set will now fail
-        ok = transition(s, job_id, [A], JobState.CANCELLED, attempt=job.attempt,
+        ok = transition(s, job_id, [ASSIGNED], JobState.CANCELLED, attempt=job.attempt,
                         reason=f"cancelled by {actor}", actor=actor, values={"ended_at": db_now()})
         if ok:
             release_chips(s, job_id, job.attempt)
         return Result(job_id, ok, "cancelled" if ok else "changed meanwhile, try again")
-    if state is A:
+    if state is ASSIGNED:
         return Result(job_id, False, "is starting; preempt it once it runs")
-    if state is P and job.stop_request == StopRequest.CANCEL.value:
+    if state is PREEMPTING and job.stop_request == StopRequest.CANCEL.value:
         return Result(job_id, True, "already stopping")
-    ok = transition(s, job_id, [state], P, attempt=job.attempt,
+    ok = transition(s, job_id, [state], PREEMPTING, attempt=job.attempt,
                     reason=why or f"{kind.value} requested by {actor}", actor=actor,
                     values={"stop_request": kind.value})
     return Result(job_id, ok, f"stopping (signal {job.stop_signal}, grace {job.grace_s:g}s)")
 
 
 def hold(s: Session, job_id: int, actor: str) -> Result:
-    ok = transition(s, job_id, [Q], H, reason=f"held by {actor}", actor=actor)
-    return Result(job_id, ok, "held" if ok else _why_not(s, job_id, "queued"))
+    ok = transition(s, job_id, [QUEUED], HELD, reason=f"held by {actor}", actor=actor)
+    return Result(job_id, ok, "held" if ok else _why_not(s, job_id, JobState.QUEUED))
 
 
 def release(s: Session, job_id: int, actor: str) -> Result:
-    ok = transition(s, job_id, [H], Q, reason=f"released by {actor}", actor=actor)
-    return Result(job_id, ok, "released" if ok else _why_not(s, job_id, "held"))
+    ok = transition(s, job_id, [HELD], QUEUED, reason=f"released by {actor}", actor=actor)
+    return Result(job_id, ok, "released" if ok else _why_not(s, job_id, JobState.HELD))
 
 
 def _why_not(s: Session, job_id: int, needed: str) -> str:

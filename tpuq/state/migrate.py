@@ -19,13 +19,17 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine
 
+from tpuq.errors import Failure, TpuqError
+
 if TYPE_CHECKING:
     from alembic.config import Config
     from alembic.script import ScriptDirectory
 
 
-class MigrationError(RuntimeError):
+class MigrationError(TpuqError, RuntimeError):
     """A migration left the database inconsistent; it was rolled back."""
+
+    KIND = Failure.UNAVAILABLE
 
 
 def migrations_dir() -> Path:

@@ -20,12 +20,14 @@ import secrets
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
+from tpuq.errors import TpuqError
+
 USER_GROUP = "tpuq_user"
 AGENT_GROUP = "tpuq_agent"
 _NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}\Z")
 
 
-class RoleError(ValueError):
+class RoleError(TpuqError, ValueError):
     """A role that cannot be made; the message is shown as is."""
 
 

@@ -1,4 +1,8 @@
-"""Job states, attempt outcomes, and the allowed transitions, written once.
+"""Job states, attempt outcomes, stop requests and the allowed transitions, written once.
+
+The vocabulary every layer speaks, the CLI and the client included: stdlib only, so it
+costs them nothing to import (tests/unit/test_layers.py keeps it so). Failure kinds are
+tpuq/errors.py's.
 
 What the user sees (JobState) is kept apart from how an attempt ended (Outcome): a job
 preempted three times is still one job with four attempts, and preemptions are never
@@ -26,30 +30,46 @@ class JobState(str, Enum):
         return self.value
 
 
-Q, H, A, R, P = JobState.QUEUED, JobState.HELD, JobState.ASSIGNED, JobState.RUNNING, JobState.PREEMPTING
-S, F, C, T = JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT
+QUEUED, HELD, ASSIGNED = JobState.QUEUED, JobState.HELD, JobState.ASSIGNED
+RUNNING, PREEMPTING = JobState.RUNNING, JobState.PREEMPTING
+SUCCEEDED, FAILED = JobState.SUCCEEDED, JobState.FAILED
+CANCELLED, TIMEOUT = JobState.CANCELLED, JobState.TIMEOUT
 
-TERMINAL: frozenset[JobState] = frozenset({S, F, C, T})
-ACTIVE: frozenset[JobState] = frozenset({A, R, P})  # holds chips on a host
-WAITING: frozenset[JobState] = frozenset({Q, H})
+TERMINAL: frozenset[JobState] = frozenset({SUCCEEDED, FAILED, CANCELLED, TIMEOUT})
+ACTIVE: frozenset[JobState] = frozenset({ASSIGNED, RUNNING, PREEMPTING})  # holds chips
+WAITING: frozenset[JobState] = frozenset({QUEUED, HELD})
+OPEN: frozenset[JobState] = WAITING | ACTIVE  # not ended: what cancel and status look at
+LIVE: frozenset[JobState] = frozenset({RUNNING, PREEMPTING})  # its process runs
 
 # from -> allowed targets. Everything not listed is refused by state.transition().
 ALLOWED: dict[JobState, frozenset[JobState]] = {
-    Q: frozenset({A, H, C}),
-    H: frozenset({Q, C}),
+    QUEUED: frozenset({ASSIGNED, HELD, CANCELLED}),
+    HELD: frozenset({QUEUED, CANCELLED}),
     # assigned -> queued: lease expired, host rebooted, or host busy with a foreign process
-    A: frozenset({R, Q, C}),
+    ASSIGNED: frozenset({RUNNING, QUEUED, CANCELLED}),
     # running -> queued: requeue (exit 75, TPU busy, lease expired, reboot, retry with backoff)
-    R: frozenset({S, F, C, T, P, Q}),
+    RUNNING: frozenset({SUCCEEDED, FAILED, CANCELLED, TIMEOUT, PREEMPTING, QUEUED}),
     # the job may finish on its own during the grace period; preempting -> preempting
     # records a different stop request (a cancel arriving during a preemption)
-    P: frozenset({Q, C, T, S, F, P}),
+    PREEMPTING: frozenset({QUEUED, CANCELLED, TIMEOUT, SUCCEEDED, FAILED, PREEMPTING}),
     # terminal states are final: resubmit makes a new job linked to the old one
-    S: frozenset(),
-    F: frozenset(),
-    C: frozenset(),
-    T: frozenset(),
+    SUCCEEDED: frozenset(),
+    FAILED: frozenset(),
+    CANCELLED: frozenset(),
+    TIMEOUT: frozenset(),
 }
+
+
+# What an owner may be told of (the outbox's `event`): a job's end (its new state), and
+# these two, which are no state
+EVENT_STARTED = "started"  # an attempt started running (`--notify start`)
+EVENT_PREEMPTED = "preempted"  # queued again after a preemption
+EVENT_RESTARTED = "restarted"  # starts over: its checkpoints are on a host it could not wait for
+
+
+def in_order(states: frozenset[JobState]) -> tuple[str, ...]:
+    """Their names in the order of the lifecycle (JobState's), for help texts and choices."""
+    return tuple(st.value for st in JobState if st in states)
 
 
 def allowed(frm: JobState, to: JobState) -> bool:

@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
+from tpuq.errors import TpuqError
 from tpuq.state.db import rows_changed
 from tpuq.state.models import Team, TeamMember
 
@@ -20,7 +21,7 @@ QUOTA_FIELDS = ("share", "max_chips", "max_chips_per_user", "max_chips_by_type",
                 "budget_chip_hours", "budget_period", "grant_expires_at")
 
 
-class TeamError(ValueError):
+class TeamError(TpuqError, ValueError):
     """A quota setting that cannot be used; the message is shown as is."""
 
 

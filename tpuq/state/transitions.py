@@ -33,9 +33,17 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
+from tpuq.errors import Failure, TpuqError
 from tpuq.state.clock import FromNow, db_now
 from tpuq.state.models import Job, JobEvent, Notification
-from tpuq.state.states import TERMINAL, JobState, allowed
+from tpuq.state.states import (
+    EVENT_PREEMPTED,
+    EVENT_RESTARTED,
+    EVENT_STARTED,
+    TERMINAL,
+    JobState,
+    allowed,
+)
 
 # Core tables, not the ORM classes: these statements run several times per job, and the
 # ORM's bulk-update machinery costs more than the round trip they save.
@@ -44,8 +52,10 @@ EVENTS = cast(Table, JobEvent.__table__)
 NOTIFICATIONS = cast(Table, Notification.__table__)
 
 
-class InvalidTransition(ValueError):
-    pass
+class InvalidTransition(TpuqError, ValueError):
+    """A change of state the table (states.ALLOWED) does not allow: a bug."""
+
+    KIND = Failure.AGENT_ERROR
 
 
 def transition(
@@ -186,9 +196,10 @@ def transition_returning(
 # the words of spec.NOTIFY_EVENTS that ask to hear of each event (a new state, a
 # preemption, or an attempt that starts over: its checkpoints are on a host it cannot
 # reach, which whoever asked to hear of anything wants to know)
-_TOLD = {"started": ("start",), "succeeded": ("end",), "cancelled": ("end",), "failed": ("end", "fail"),
-         "timeout": ("end", "fail"), "preempted": ("preempt",),
-         "restarted": ("end", "fail", "preempt")}
+_TOLD: dict[str, tuple[str, ...]] = {
+    EVENT_STARTED: ("start",), JobState.SUCCEEDED: ("end",), JobState.CANCELLED: ("end",),
+    JobState.FAILED: ("end", "fail"), JobState.TIMEOUT: ("end", "fail"),
+    EVENT_PREEMPTED: ("preempt",), EVENT_RESTARTED: ("end", "fail", "preempt")}
 
 
 def _notification(to: JobState, values: Mapping[str, Any]) -> Rider | None:
@@ -199,9 +210,9 @@ def _notification(to: JobState, values: Mapping[str, Any]) -> Rider | None:
     if to in TERMINAL:
         event = to.value
     elif to is JobState.RUNNING:
-        event = "started"
+        event = EVENT_STARTED
     elif to is JobState.QUEUED and isinstance(count, int):
-        event = "preempted"
+        event = EVENT_PREEMPTED
     else:
         return None
     return Rider(("notify", event), _notify_builder(event),

@@ -23,6 +23,7 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 
 from tpuq.api.caller import Caller
+from tpuq.errors import TpuqError
 from tpuq.settings import Settings
 from tpuq.state import admins, webtokens
 from tpuq.state.db import Database
@@ -86,7 +87,7 @@ def check_token(db: Database, token: str) -> str | None:
         return webtokens.user_of(s, token)
 
 
-class PasswordsNotChecked(Exception):
+class PasswordsNotChecked(TpuqError):
     """The database server lets anyone in as this role whatever the password (its
     pg_hba.conf says `trust`): a password proves nothing there."""
 

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from tpuq.api.caller import Caller
 from tpuq.api.handlers import Api
+from tpuq.errors import TpuqError
 from tpuq.protocol import (
     Failure,
     History,
@@ -28,7 +29,7 @@ from tpuq.protocol import (
 )
 from tpuq.state import aggregates, timeline, usage
 from tpuq.state.db import Database
-from tpuq.state.states import ACTIVE, WAITING
+from tpuq.state.states import ACTIVE, OPEN, WAITING, JobState, Outcome
 
 R = TypeVar("R", bound=Reply)
 HTTP_STATUS = {Failure.FORBIDDEN: 403, Failure.NOT_FOUND: 404, Failure.CONFLICT: 409,
@@ -36,10 +37,9 @@ HTTP_STATUS = {Failure.FORBIDDEN: 403, Failure.NOT_FOUND: 404, Failure.CONFLICT:
                Failure.BUSY: 429}
 WEEK_S = 7 * 86400.0
 SHOWN = 300  # rows of waiting (and of running) jobs a page shows; the count says the rest
-OPEN = {st.value for st in (*WAITING, *ACTIVE)}
 
 
-class Refused(Exception):
+class Refused(TpuqError):
     """A handler's refusal, with the HTTP status it means."""
 
     def __init__(self, status: int, message: str) -> None:
@@ -63,9 +63,9 @@ def queue(api: Api, caller: Caller) -> dict[str, Any]:
     """Waiting jobs in the order the scheduler considers them (with expected starts),
     active jobs, the newest ended ones, and the hosts."""
     reply = ask(api, caller, ListJobs(recent=20, starts=True), JobList)
-    waiting = sorted((j for j in reply.jobs if j["state"] in ("queued", "held")),
-                     key=lambda j: (j["state"] != "queued", j.get("position") or 0, j["id"]))
-    active = [j for j in reply.jobs if j["state"] in ("assigned", "running", "preempting")]
+    waiting = sorted((j for j in reply.jobs if j["state"] in WAITING),
+                     key=lambda j: (j["state"] != JobState.QUEUED, j.get("position") or 0, j["id"]))
+    active = [j for j in reply.jobs if j["state"] in ACTIVE]
     ended = sorted((j for j in reply.jobs if j["state"] not in OPEN),
                    key=lambda j: -(j.get("ended_at") or 0))
     return {"waiting": waiting[:SHOWN], "active": active[:SHOWN], "ended": ended,
@@ -190,6 +190,6 @@ def mark_of(outcome: str | None, reason: str | None) -> str | None:
     if outcome in aggregates.INTERRUPTED:
         why = aggregates.cause(outcome, reason)
         return "maintenance" if why in ("maintenance", "spot") else "preemption"
-    if outcome in ("failed", "timeout", "host_error"):
+    if outcome in (Outcome.FAILED, Outcome.TIMEOUT, Outcome.HOST_ERROR):
         return "failure"
     return None

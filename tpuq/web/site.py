@@ -21,6 +21,7 @@ from starlette.templating import Jinja2Templates
 
 from tpuq.api.caller import Caller
 from tpuq.api.handlers import Api
+from tpuq.errors import Failure, TpuqError
 from tpuq.settings import Settings
 from tpuq.state.db import Database
 from tpuq.web import auth
@@ -32,8 +33,10 @@ HERE = Path(__file__).resolve().parent
 FORECAST_TTL_S = 5.0  # the start forecast is shared by the requests of a few seconds
 
 
-class Unauthorized(Exception):
+class Unauthorized(TpuqError):
     """No session (or one whose token was revoked): the sign-in form, status 401."""
+
+    KIND = Failure.FORBIDDEN
 
 
 class Web:

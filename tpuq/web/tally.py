@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from tpuq.state.aggregates import INTERRUPTED, cause
-from tpuq.state.states import NOT_CHARGED
+from tpuq.state.states import NOT_CHARGED, Outcome
 
 _FREE = {o.value for o in NOT_CHARGED}
 # teams' charged chip-seconds are kept in quarter-hour buckets (every time zone's
@@ -117,7 +117,7 @@ class Tally:
                         n * max(0.0, r.ended_at - since)
             if r.started_at is None:
                 continue
-            saved = r.ended_at if r.outcome == "succeeded" else r.checkpoint_at
+            saved = r.ended_at if r.outcome == Outcome.SUCCEEDED else r.checkpoint_at
             if saved is not None:
                 self.useful_chip_s += n * max(0.0, min(saved, r.ended_at) - r.started_at)
 
