@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
+from tpuq import arrays
 from tpuq.spec import JobSpec
 from tpuq.state import jobs
 from tpuq.state.models import Job, JobEvent, Notification
@@ -17,7 +18,8 @@ from tpuq.state.transitions import CHUNK, InvalidTransition, transition_many
 def submit(db, n: int, held: bool = False, **kw) -> list[int]:
     spec = JobSpec(command=["/bin/true"], cwd="/", owner="u", team="t", **kw)
     with db.write() as s:
-        return jobs.submit_array(s, [spec] * n, list(range(n)), None, held=held)
+        return jobs.submit_array(s, arrays.checked_tasks(spec, list(range(n)), []), None,
+                                 held=held)
 
 
 def states(db, ids: list[int]) -> dict[int, str]:

@@ -3,6 +3,7 @@ array and state whole, the indices of all (both databases)."""
 
 from __future__ import annotations
 
+from tpuq import arrays
 from tpuq.spec import JobSpec
 from tpuq.state import jobs, queries
 
@@ -11,8 +12,8 @@ def test_waiting_tasks_fold_into_their_first_per_state_and_the_rest_is_whole(db)
     spec = JobSpec(command=["/bin/true"], cwd="/", owner="u", team="t")
     with db.write() as s:
         plain = jobs.submit(s, spec)
-        a = jobs.submit_array(s, [spec] * 5, [0, 1, 2, 3, 4], None)
-        b = jobs.submit_array(s, [spec] * 3, [7, 8, 9], None, held=True)
+        a = jobs.submit_array(s, arrays.checked_tasks(spec, [0, 1, 2, 3, 4], []), None)
+        b = jobs.submit_array(s, arrays.checked_tasks(spec, [7, 8, 9], []), None, held=True)
         jobs.hold(s, a[3], "u")
         jobs.cancel(s, a[4], "u")  # ended: listed among the recent, never folded
     with db.read() as s:

@@ -57,11 +57,11 @@ def job_object(row: Any, waiting: str | None = None, current: Any = None) -> Job
         "session": bool(r.get("session")),  # interactive (`tpuq run`)
     }
     if current is not None:
-        obj.update(started_at=getattr(current, "started_at", None),
-                   step=getattr(current, "checkpoint_step", None),
-                   step_at=getattr(current, "checkpoint_at", None),
-                   total=getattr(current, "checkpoint_total", None),
-                   eta_at=getattr(current, "eta_at", None))
+        obj["started_at"] = getattr(current, "started_at", None)
+        obj["step"] = getattr(current, "checkpoint_step", None)
+        obj["step_at"] = getattr(current, "checkpoint_at", None)
+        obj["total"] = getattr(current, "checkpoint_total", None)
+        obj["eta_at"] = getattr(current, "eta_at", None)
     return obj
 
 

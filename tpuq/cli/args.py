@@ -70,3 +70,8 @@ def words_option(*decls: str, choices: Sequence[str] = (),
         kw["help"] = f"{kw.get('help', '')} {metavar.split('[')[0]}: {', '.join(choices)}."
     return click.option(*decls, multiple=True, type=WordsType(item, choices),
                         callback=_flat, metavar=metavar, **kw)
+
+cancel_on_interrupt_option = click.option(
+    "--cancel-on-interrupt", is_flag=True, envvar="TPUQ_CANCEL_ON_INTERRUPT",
+    help="Cancel the job(s) when this command is interrupted (Ctrl-C); otherwise they "
+         "stay queued or running, and the command says how to cancel them.")

@@ -16,8 +16,7 @@ from typing import Any
 import click
 
 from tpuq.cli import context
-from tpuq.cli.args import JOB_ID
-from tpuq.cli.wait import cancel_on_interrupt_option
+from tpuq.cli.args import JOB_ID, cancel_on_interrupt_option
 
 FOLLOW_POLL_S = 0.25  # asking again for new output: the file or stream is the transport
 

@@ -63,7 +63,9 @@ COMMANDS: dict[str, Entry] = {
                 "downgrade REV` takes them back (docs/upgrading.md)."),
     "config": Entry("tpuq.cli.agent_cmds:config",
                     "Show each setting's value in effect, where it came from (default, the "
-                    "config file, an environment variable) and the variable that sets it."),
+                    "system's config file, the user's, an environment variable) and the "
+                    "variable that sets it; a path left empty shows the one derived from "
+                    "TPUQ_HOME."),
     "quota": Entry("tpuq.cli.quota:quota",
                    "Show each team's chips in use and chip-hours this period against its "
                    "limits."),

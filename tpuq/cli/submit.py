@@ -14,11 +14,11 @@ import click
 
 from tpuq import arrays
 from tpuq.cli import context
+from tpuq.cli.args import cancel_on_interrupt_option
 from tpuq.cli.errors import UserError
-from tpuq.cli.wait import cancel_on_interrupt_option
 from tpuq.spec import JobSpec, SpecError
-from tpuq.submitopts import SubmitOptions, resolve
 from tpuq.state.states import JobState
+from tpuq.submitopts import SubmitOptions, resolve
 
 if TYPE_CHECKING:
     from tpuq.settings import Settings

@@ -14,6 +14,7 @@ from typing import NoReturn
 import click
 
 from tpuq.cli import context
+from tpuq.cli.args import cancel_on_interrupt_option
 from tpuq.cli.errors import UserError
 from tpuq.state.states import JobState
 
@@ -21,10 +22,6 @@ OUTCOME_EXIT: dict[str, int] = {JobState.SUCCEEDED: 0, JobState.FAILED: 10,
                                  JobState.CANCELLED: 11, JobState.TIMEOUT: 12}
 INTERRUPTED_EXIT = 130  # as a shell reports a command ended by SIGINT
 
-cancel_on_interrupt_option = click.option(
-    "--cancel-on-interrupt", is_flag=True, envvar="TPUQ_CANCEL_ON_INTERRUPT",
-    help="Cancel the job(s) when this command is interrupted (Ctrl-C); otherwise they "
-         "stay queued or running, and the command says how to cancel them.")
 
 
 def outcome_exit(state: str) -> int:
