@@ -7,8 +7,11 @@ install:
 	python3 -m venv .venv && $(PY) -m pip install -q -e '.[dev]'
 	$(PY) -m compileall -q tpuq  # an editable install compiles nothing: the CLI would recompile on every run
 
+# three workers on CI's two cores: most tests wait on processes, not on the CPU
+WORKERS ?= 3
+
 test:
-	$(PY) -m pytest -q -p no:cacheprovider --durations=15
+	$(PY) -m pytest -q -p no:cacheprovider -n $(WORKERS) --durations=15
 
 # the unit and state tests: pure functions and the database, under 2 minutes
 test-fast:
