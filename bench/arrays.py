@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ from pathlib import Path
 if __name__ == "__main__":  # run as a script: import `tests.*` from the repository root
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
+from bench.stats import print_rates  # noqa: E402
 from tests.services import RedisServer, create_pg_database, drop_pg_database  # noqa: E402
 
 CLI = [sys.executable, "-c", "from tpuq.cli.main import main; main()"]
@@ -107,12 +107,7 @@ def main() -> int:
             _rounds(args, rows, redis.url)
         finally:
             redis.stop()
-    base = statistics.median(rows["celery"])
-    print(f"array submission, {args.tasks} tasks, median of {args.rounds}, "
-          f"{time.strftime('%Y-%m-%d')}")
-    for name, rates in rows.items():
-        med = statistics.median(rates)
-        print(f"  {name:<14} {med:>9,.0f} tasks/s   {med / base:5.1f}x raw Celery apply_async")
+    print_rates(f"array submission, {args.tasks} tasks", rows, "celery", "tasks/s")
     return 0
 
 

@@ -17,7 +17,6 @@ Celery.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 import time
@@ -30,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.arrays import celery_rate  # noqa: E402
 from bench.embedded import EmbeddedStack  # noqa: E402
+from bench.stats import print_rates  # noqa: E402
 from bench.team import TeamStack  # noqa: E402
 from tests.services import RedisServer  # noqa: E402
 
@@ -91,12 +91,8 @@ def main() -> int:
                         rows.setdefault(f"tpuq {label}, {name}", []).append(rate)
         finally:
             redis.stop()
-    base = statistics.median(rows["celery apply_async"])
-    print(f"queuing from Python, {args.jobs} jobs, median of {args.rounds}, "
-          f"{time.strftime('%Y-%m-%d')}")
-    for name, rates in rows.items():
-        med = statistics.median(rates)
-        print(f"  {name:<40} {med:>8,.0f} jobs/s  {med / base:5.2f}x raw Celery apply_async")
+    print_rates(f"queuing from Python, {args.jobs} jobs", rows, "celery apply_async",
+                "jobs/s")
     return 0
 
 

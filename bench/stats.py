@@ -40,3 +40,14 @@ def time_ms(fn: Callable[[], Any], runs: int, warmup: int = 2) -> list[float]:
         fn()
         out.append((time.perf_counter() - t0) * 1000.0)
     return out
+
+
+def print_rates(title: str, rows: dict[str, list[float]], base: str, unit: str) -> None:
+    """Each row's median rate beside the `base` row's, as a ratio (one run's figures)."""
+    baseline = statistics.median(rows[base])
+    rounds = len(rows[base])
+    print(f"{title}, median of {rounds}, {time.strftime('%Y-%m-%d')}")
+    width = max(map(len, rows))
+    for name, rates in rows.items():
+        med = statistics.median(rates)
+        print(f"  {name:<{width}} {med:>9,.0f} {unit}  {med / baseline:5.2f}x {base}")
