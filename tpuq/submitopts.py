@@ -60,6 +60,7 @@ class SubmitOptions:
     begin: str | float | None = None  # --begin: text (22:00, +2h, ISO) or epoch seconds
     output: str | None = None  # --output: a path (%j, %a...), relative to the job's cwd
     option_sources: Mapping[str, str] | None = None  # option -> where it came from
+    session: bool = False  # `tpuq run`: started on its caller's terminal, never requeued
 
     @classmethod
     def names(cls) -> frozenset[str]:
@@ -102,13 +103,16 @@ class SubmitOptions:
             tcmalloc=self.tcmalloc, notify=events, notify_to=destinations,
             begin_at=begin_time(self.begin), output=output_path(self.output, cwd),
             option_sources=dict(self.option_sources) if self.option_sources else None,
+            session=self.session,
         ).validate()
 
     def capture(self, environ: Mapping[str, str]) -> Captured:
         """The job's environment from `environ` (--env, --export) and the TPU variables
         it will not get."""
-        return (jobenv.capture(environ, tuple(self.env), self.export),
-                jobenv.dropped(environ, tuple(self.env)))
+        env = jobenv.capture(environ, tuple(self.env), self.export)
+        if self.session:  # what the caller's terminal is (TERM, COLORTERM)
+            env.update(jobenv.terminal(environ))
+        return env, jobenv.dropped(environ, tuple(self.env))
 
     def request(self, spec: JobSpec, *, function: str = "", array: Sequence[int] = (),
                 array_args: Sequence[Sequence[str]] = (),

@@ -8,19 +8,18 @@ only the terminal is handed over (tpuq/terminal.py, tpuq/agent/terminals.py).
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from tpuq import jobenv
 from tpuq.cli import context
 from tpuq.cli.args import JOB_ID
 from tpuq.cli.errors import UserError
 from tpuq.cli.submit import build_command
-from tpuq.spec import JobSpec, SpecError, parse_duration
+from tpuq.spec import SpecError
+from tpuq.submitopts import SubmitOptions
 
 if TYPE_CHECKING:
     from tpuq.settings import Settings
@@ -84,25 +83,20 @@ def run(command: tuple[str, ...], chips: int | None, tpu_type: str | None,
                                   submitted=False))
     if not command:
         raise UserError("what to run? e.g. `tpuq run --chips 1 -- bash`")
+    opts = SubmitOptions(name=name, chips=chips, tpu_type=tpu_type, team=team,
+                         priority=priority, export=export, stop_signal=stop_signal,
+                         grace=grace, time_limit=time_limit, max_retries=0, requeue=False,
+                         session=True)
     try:
-        spec = JobSpec(
-            command=build_command(command, None), cwd=os.getcwd(),
-            env={**jobenv.capture(os.environ, (), export), **jobenv.terminal(os.environ)},
-            env_dropped=jobenv.dropped(os.environ, ()),
-            owner=cfg.user_name, team=team or cfg.team, name=name, priority=priority,
-            chips=chips, tpu_type=tpu_type, stop_signal=stop_signal,
-            grace_s=parse_duration(grace) if grace else cfg.default_grace_s,
-            time_limit_s=parse_duration(time_limit) if time_limit else None,
-            max_retries=0, requeue_on_preempt=False, session=True,
-        ).validate()
+        spec = opts.spec(build_command(command, None), cfg)
     except SpecError as e:
         raise UserError(str(e)) from None
     from tpuq import localclient
-    from tpuq.protocol import Submit, Submitted
+    from tpuq.protocol import Submitted
 
     if cfg.embedded and localclient.ping(cfg.socket_path) is None:
         raise UserError("no agent is running on this VM; start one with `tpuq agent`")
-    job_id = context.ask(Submit(spec=spec.to_dict()), Submitted).id
+    job_id = context.ask(opts.request(spec), Submitted).id
     raise SystemExit(_session(cfg, job_id, Remote(use_ssh, remote_tpuq), submitted=True))
 
 
