@@ -47,6 +47,14 @@ def log_of(stack: Stack, job: int, n: int) -> str:
     return Path(path).read_text() if path and Path(path).exists() else ""
 
 
+def whereabouts(stack: Stack, job: int) -> str:
+    """What a timed-out wait shows: the job's state, its attempts, its log's tail."""
+    atts = stack.attempts(job)
+    return (f"job {job} {stack.job(job).state}: attempts "
+            f"{[(a.number, a.host, a.outcome, a.reason) for a in atts]}\n"
+            f"{log_of(stack, job, len(atts))[-1500:] if atts else ''}")
+
+
 def checkpointed(stack: Stack, job: int) -> int:
     """The step of the last checkpoint attempt 1 wrote (its log says so)."""
     steps = re.findall(r"checkpoint at step (\d+)", log_of(stack, job, 1))
@@ -80,7 +88,8 @@ def test_a_shared_root_lets_a_job_resume_on_another_host_bit_identical(
     a, b, homes = two_hosts(team_stack, tmp_path)
     team_stack.start_agent(b, **homes["tpu-b"])
     job, out = submit_train(team_stack, tmp_path, "tpu-b")
-    wait_for(lambda: checkpointed(team_stack, job) >= 5, 120, "a few checkpoints on tpu-b")
+    wait_for(lambda: checkpointed(team_stack, job) >= 5, 120, "a few checkpoints on tpu-b",
+             on_timeout=lambda: whereabouts(team_stack, job))
     pause_job(team_stack, job)
     team_stack.start_agent(a, **homes["tpu-a"])
     kill_host(team_stack, b, job)
@@ -102,7 +111,8 @@ def test_host_local_checkpoints_wait_for_their_host_and_resume_there(
     a, b, homes = two_hosts(team_stack, tmp_path)
     agent_b = team_stack.start_agent(b, **homes["tpu-b"])
     job, out = submit_train(team_stack, tmp_path, "tpu-b")
-    wait_for(lambda: checkpointed(team_stack, job) >= 5, 120, "a few checkpoints on tpu-b")
+    wait_for(lambda: checkpointed(team_stack, job) >= 5, 120, "a few checkpoints on tpu-b",
+             on_timeout=lambda: whereabouts(team_stack, job))
     pause_job(team_stack, job)
     team_stack.start_agent(a, **homes["tpu-a"])
     kill_host(team_stack, b, job)
@@ -136,7 +146,8 @@ def test_host_local_checkpoints_not_back_in_time_start_over_elsewhere_and_say_so
         chat = f"json://127.0.0.1:{port}/hook"
         job, out = submit_train(team_stack, tmp_path, "tpu-b", "--notify", "end",
                                 "--notify-to", chat)
-        wait_for(lambda: checkpointed(team_stack, job) >= 5, 120, "checkpoints on tpu-b")
+        wait_for(lambda: checkpointed(team_stack, job) >= 5, 120, "checkpoints on tpu-b",
+             on_timeout=lambda: whereabouts(team_stack, job))
         pause_job(team_stack, job)
         team_stack.start_agent(a, **homes["tpu-a"])
         kill_host(team_stack, b, job)

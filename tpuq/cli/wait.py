@@ -119,7 +119,10 @@ def wait(refs: tuple[str, ...], cancel_on_interrupt: bool, as_json: bool) -> Non
     Ctrl-C stops waiting (exit 130) and names the jobs, which go on; with
     --cancel-on-interrupt it cancels them.
     """
-    job_ids = resolve(refs)
+    try:
+        job_ids = resolve(refs)
+    except KeyboardInterrupt:  # while the ids were looked up: look again, to name them
+        on_interrupt(resolve(refs), cancel=cancel_on_interrupt)
     with interruptible(job_ids, cancel=cancel_on_interrupt):
         ended = wait_for(job_ids, say=not as_json)
     if as_json:
