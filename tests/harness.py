@@ -184,8 +184,8 @@ class Stack:
 
     def start_agent(self, host: FakeHost, command: Sequence[str] = TPUQ, **env: str) -> AgentProc:
         a = AgentProc(self, host, env, command)
+        self.agents.append(a)  # before it starts: cleanup() stops it whatever happens
         a.start()
-        self.agents.append(a)
         return a
 
     # ---- reading the truth -----------------------------------------------------------------
@@ -315,7 +315,12 @@ class AgentProc:
                                      cwd=self.host.root)
         log.close()
         if wait:
-            wait_for(self._ready, 30, f"agent {self.host.name} to start\n{self.log_tail()}")
+            try:
+                wait_for(self._ready, 60, f"agent {self.host.name} to start",
+                         on_timeout=self.log_tail)
+            except BaseException:  # never leave an agent the test does not know of
+                self.kill()
+                raise
         return self
 
     def _ready(self) -> bool:

@@ -142,7 +142,7 @@ class GangTask(Supervisor):
                                      lease_s=self.ctx.settings.lease_s)
         if started is None:
             return False  # cancelled meanwhile
-        self.spec = dataclasses.replace(spec, lease_until=lease_from + self.ctx.settings.lease_s)
+        self._leased_until(lease_from + self.ctx.settings.lease_s)
         log.info("job %s attempt %s: all %d workers of slice %s ready: starting", spec.job_id,
                  spec.attempt, self.workers, self.slice)
         self.host.gang_news()
@@ -156,12 +156,18 @@ class GangTask(Supervisor):
                                   JobState.PREEMPTING.value):
             return False  # the attempt ended before the start (worker 0 gave up, a cancel)
         if row.state != JobState.ASSIGNED.value:
-            self.spec = dataclasses.replace(self.spec,
-                                            lease_until=clock() + self.ctx.settings.lease_s)
+            self._leased_until(clock() + self.ctx.settings.lease_s)
             return True
         if time.monotonic() > self.start_by + self.ctx.settings.lease_s:
             return False  # worker 0 is gone: its lease ends the attempt
         return None
+
+    def _leased_until(self, until: float) -> None:
+        """The lease the barrier's end gave this worker: the one its keeper starts with
+        (the supervisor launches with `self.lease_until`; a lease from before the wait at
+        the barrier has run out by the start, and the keeper would stop the job at once)."""
+        self.spec = dataclasses.replace(self.spec, lease_until=until)
+        self.lease_until = until
 
     def _pause(self, seconds: float) -> None:
         """Wait on the wake pipe (a gang_news from another worker's agent), at most this."""
