@@ -75,6 +75,24 @@ def keeper_socket(run_dir: str, job_id: int, attempt: int) -> str:
     return os.path.join(run_dir, f"keeper-{job_id}-{attempt}.sock")
 
 
+SUN_PATH = 108  # bytes of a Unix socket's address, its ending NUL included (Linux's unix(7))
+
+
+def unix_call(sock: socket.socket, path: str, call: str) -> None:
+    """`sock.bind(path)` or `sock.connect(path)` (`call`) for a path of any length: one
+    longer than an address holds goes through its directory's descriptor
+    (`/proc/self/fd/N/name`, which the kernel resolves), so a deep TPUQ_HOME, or a job's
+    hundredth attempt, still gets its keeper."""
+    if len(os.fsencode(path)) < SUN_PATH:
+        getattr(sock, call)(path)
+        return
+    fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        getattr(sock, call)(f"/proc/self/fd/{fd}/{os.path.basename(path)}")
+    finally:
+        os.close(fd)
+
+
 @dataclass
 class Launch:
     """What a keeper needs to start and keep one attempt (sent by the agent)."""
@@ -600,7 +618,7 @@ def _listen(path: str) -> socket.socket:
     except FileNotFoundError:
         pass
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.bind(path)
+    unix_call(s, path, "bind")
     os.chmod(path, 0o600)  # the agent's alone
     s.listen(8)
     return s

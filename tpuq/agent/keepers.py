@@ -15,7 +15,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from tpuq.agent.keeper import SERVER, Launch, clock, keeper_socket
+from tpuq.agent.keeper import SERVER, Launch, clock, keeper_socket, unix_call
 from tpuq.errors import Failure, TpuqError
 
 log = logging.getLogger("tpuq.agent")
@@ -184,7 +184,7 @@ def adopt(run_dir: str, job_id: int, attempt: int) -> tuple[KeeperLink, dict[str
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(5.0)
     try:
-        s.connect(keeper_socket(run_dir, job_id, attempt))
+        unix_call(s, keeper_socket(run_dir, job_id, attempt), "connect")
     except OSError:
         s.close()
         return None
