@@ -131,7 +131,9 @@ def test_a_gang_whose_worker_lost_its_agent_stops_at_once_and_resumes_bit_identi
     assert all(g.state == "ended" and g.ended_at for g in rows.values()), \
         [(g.worker, g.state) for g in rows.values()]
     assert rows[2].outcome == "lost", "the lost worker's row says so"
-    assert {rows[w].outcome for w in (0, 1, 3)} == {"preempted"}
+    # stopped with the gang: killed at the short stop (preempted), or, on a machine slow
+    # enough that the job's handler ran first, its exit 75 (requeued); never a failure
+    assert {rows[w].outcome for w in (0, 1, 3)} <= {"preempted", "requeued"}
     assert all("stopped with the gang" in (rows[w].reason or "") for w in (0, 1, 3))
     start_worker(team_stack, hosts[2], 2, tmp_path, **env)
     team_stack.wait_state(job, "succeeded", timeout=180)
@@ -177,12 +179,12 @@ def test_logs_of_an_attempt_lost_before_it_started_tell_one_story(team_stack, tm
     from tpuq.state import attempts, leader
 
     with team_stack.db.write() as s:  # the test leads, to assign where nobody listens
-        assert leader.acquire(s, "scheduler", "the-test", 600)
+        assert leader.acquire(s, leader.SCHEDULER, "the-test", 600)
     team_stack.start_agent(FakeHost(tmp_path / "a", name="tpu-a", chips=4))
     job = team_stack.submit("--", "sh", "-c", "echo second")
     with team_stack.db.write() as s:
         assert attempts.assign(s, job, 0, "tpu-ghost", [0, 1, 2, 3], lease_s=1) == 1
-        leader.release(s, "scheduler", "the-test")
+        leader.release(s, leader.SCHEDULER, "the-test")
     team_stack.wait_state(job, "succeeded", timeout=60)
     first = team_stack.attempts(job)[0]
     assert first.outcome == "lost" and first.started_at is None
