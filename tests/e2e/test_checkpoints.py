@@ -80,6 +80,17 @@ def kill_host(stack: Stack, host: FakeHost, job: int) -> None:
             pass
 
 
+def move_mid_run(stack: Stack, job: int, a: FakeHost, b: FakeHost, homes: dict) -> int:
+    """Once tpu-b's job has checkpointed a few steps: pause it there, start tpu-a's agent,
+    kill tpu-b; the step of the last checkpoint tpu-b wrote."""
+    wait_for(lambda: checkpointed(stack, job) >= 5, 120, "a few checkpoints on tpu-b",
+             on_timeout=lambda: whereabouts(stack, job))
+    pause_job(stack, job)
+    stack.start_agent(a, **homes["tpu-a"])
+    kill_host(stack, b, job)
+    return checkpointed(stack, job)
+
+
 def test_a_shared_root_lets_a_job_resume_on_another_host_bit_identical(
         team_stack, tmp_path, reference_hash):
     nfs = tmp_path / "nfs"
@@ -88,12 +99,7 @@ def test_a_shared_root_lets_a_job_resume_on_another_host_bit_identical(
     a, b, homes = two_hosts(team_stack, tmp_path)
     team_stack.start_agent(b, **homes["tpu-b"])
     job, out = submit_train(team_stack, tmp_path, "tpu-b")
-    wait_for(lambda: checkpointed(team_stack, job) >= 5, 120, "a few checkpoints on tpu-b",
-             on_timeout=lambda: whereabouts(team_stack, job))
-    pause_job(team_stack, job)
-    team_stack.start_agent(a, **homes["tpu-a"])
-    kill_host(team_stack, b, job)
-    saved = checkpointed(team_stack, job)
+    saved = move_mid_run(team_stack, job, a, b, homes)
     team_stack.wait_state(job, "succeeded", timeout=180)
     first, second = team_stack.attempts(job)
     assert (first.host, second.host) == ("tpu-b", "tpu-a")
@@ -111,12 +117,7 @@ def test_host_local_checkpoints_wait_for_their_host_and_resume_there(
     a, b, homes = two_hosts(team_stack, tmp_path)
     agent_b = team_stack.start_agent(b, **homes["tpu-b"])
     job, out = submit_train(team_stack, tmp_path, "tpu-b")
-    wait_for(lambda: checkpointed(team_stack, job) >= 5, 120, "a few checkpoints on tpu-b",
-             on_timeout=lambda: whereabouts(team_stack, job))
-    pause_job(team_stack, job)
-    team_stack.start_agent(a, **homes["tpu-a"])
-    kill_host(team_stack, b, job)
-    saved = checkpointed(team_stack, job)
+    saved = move_mid_run(team_stack, job, a, b, homes)
     status = lambda: json.loads(team_stack.tpuq("status", "--json",  # noqa: E731
                                                  TPUQ_AGENT_SOCKET=homes["tpu-a"][
                                                      "TPUQ_AGENT_SOCKET"]).stdout)
@@ -146,11 +147,7 @@ def test_host_local_checkpoints_not_back_in_time_start_over_elsewhere_and_say_so
         chat = f"json://127.0.0.1:{port}/hook"
         job, out = submit_train(team_stack, tmp_path, "tpu-b", "--notify", "end",
                                 "--notify-to", chat)
-        wait_for(lambda: checkpointed(team_stack, job) >= 5, 120, "checkpoints on tpu-b",
-             on_timeout=lambda: whereabouts(team_stack, job))
-        pause_job(team_stack, job)
-        team_stack.start_agent(a, **homes["tpu-a"])
-        kill_host(team_stack, b, job)
+        move_mid_run(team_stack, job, a, b, homes)
         team_stack.wait_state(job, "succeeded", timeout=180)
         words = "checkpoint on tpu-b not reachable from tpu-a: starting over"
         first, second = team_stack.attempts(job)

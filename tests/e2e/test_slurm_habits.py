@@ -9,13 +9,9 @@ import json
 import os
 import subprocess
 
+from tests.e2e.test_dependencies import reason
 from tests.fakes.receivers import webhook
 from tests.harness import TPUQ, fixture_cmd, wait_for
-
-
-def reason(stack, job_id: int) -> str | None:  # type: ignore[no-untyped-def]
-    jobs = json.loads(stack.tpuq("status", "--json").stdout)
-    return next(j["waiting_for"] for j in jobs if j["id"] == job_id)
 
 
 def test_after_and_wait_of_an_array_mean_every_task_and_id_n_one(stack, host, tmp_path):
