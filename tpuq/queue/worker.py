@@ -24,6 +24,7 @@ RECONNECT_EVERY_S = 1.0
 
 
 READY_WAIT_S = 10.0  # a stop waits this long for a worker still starting up
+TIMERS_WAIT_S = 2.0  # and this long for its event loop to drop its timers
 
 
 class HostConsumer(Consumer):  # type: ignore[misc]  # celery is untyped: Consumer is Any
@@ -118,6 +119,7 @@ class HostWorker:
         if self.thread.is_alive():
             self.ready.wait(READY_WAIT_S)
         self.quiet_stop.stopping = True
+        self._drop_timers()
         try:
             self.controller.stop(in_sighandler=False)
         except Exception:  # noqa: BLE001 - stopping must not raise during shutdown
@@ -125,3 +127,22 @@ class HostWorker:
         self.thread.join(10)
         logging.getLogger("celery.worker").removeFilter(self.quiet_stop)
         tasks.bind(None)
+
+    def _drop_timers(self) -> None:
+        """Empty the event loop's timers on the loop's own thread before the stop closes
+        the connection from this one. Celery stops a worker from a signal handler on the
+        loop's thread; the agent stops it from its main thread, and kombu's Redis timer
+        (`maybe_refresh_binding_expiry`, every second) iterates the channels that the
+        close removes: "Error in timer: Set changed size during iteration", with a
+        traceback, in a clean stop. Once this ran, no timer fires again on that loop."""
+        hub = getattr(self.controller, "hub", None)
+        if hub is None or not self.thread.is_alive():
+            return
+        dropped = threading.Event()
+
+        def drop() -> None:
+            hub.timer.clear()
+            dropped.set()
+
+        hub.call_soon(drop)
+        dropped.wait(TIMERS_WAIT_S)
