@@ -219,9 +219,10 @@ class Api:
         starts = self.starts() if queued and req.starts else {}
         stale = self.settings.host_stale_s
         return JobList(jobs=cast("list[dict[str, Any]]", [
-            views.listed_job(r, waiting=reasons.get(r.id), current=current.get(r.id),
-                             start=starts.get(r.id), tasks=tasks.get(r.id) if tasks else None)
-            for r in rows]),
+            views.listed_job(r, waiting=reasons.get(r["id"]), current=current.get(r["id"]),
+                             start=starts.get(r["id"]),
+                             tasks=tasks.get(r["id"]) if tasks else None)
+            for r in views.row_dicts(rows)]),
                        hosts=[views.host_object(h, j, now, stale, min_code, over.get(h.name))
                               for h, j in host_rows], now=now, fleet=fleet)
 
