@@ -366,7 +366,7 @@ class Api:
 
     # ---- why jobs wait ---------------------------------------------------------------------
     def _plan_reasons(self) -> Mapping[int, str]:
-        from tpuq.scheduler.loop import waiting_reasons
+        from tpuq.scheduler.passes import waiting_reasons
 
         started = time.monotonic()
         reasons = waiting_reasons(self.db, self.settings)
@@ -374,7 +374,7 @@ class Api:
         return reasons
 
     def _plan_starts(self) -> Mapping[int, Any]:
-        from tpuq.scheduler.loop import expected_starts
+        from tpuq.scheduler.passes import expected_starts
 
         started = time.monotonic()
         starts = expected_starts(self.db, self.settings)

@@ -66,7 +66,7 @@ class Web:
         return value
 
     def _forecast(self) -> None:
-        from tpuq.scheduler.loop import expected_starts
+        from tpuq.scheduler.passes import expected_starts
 
         try:
             self._starts = (time.monotonic(), expected_starts(self.db, self.settings))
