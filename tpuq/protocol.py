@@ -644,8 +644,22 @@ def is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+# an integer on the wire fits the database's 64-bit integers: a larger one would fail in
+# the database driver (SQLite's OverflowError), deep in a handler, not as a refusal
+WIRE_INT = (-(2 ** 63), 2 ** 63 - 1)
+
+
+def _wire_int(v: Any) -> bool:
+    return is_int(v) and WIRE_INT[0] <= v <= WIRE_INT[1]
+
+
 def _is_number(v: Any) -> bool:
-    return is_int(v) or (isinstance(v, float) and math.isfinite(v))
+    return _wire_int(v) or (isinstance(v, float) and math.isfinite(v))
+
+
+def _one_of(enum: type[Enum]) -> Callable[[Any], bool]:
+    values = frozenset(e.value for e in enum)
+    return lambda v: isinstance(v, str) and v in values  # a dict or list is no member
 
 
 def _list_of(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
@@ -663,19 +677,25 @@ def _any(v: Any) -> bool:
 _CHECKS: dict[str, Callable[[Any], bool]] = {
     "str": lambda v: isinstance(v, str),
     "bool": lambda v: isinstance(v, bool),
-    "int": is_int,
+    "int": _wire_int,
     "float": _is_number,
     "dict[str, Any]": _dict_of(_any),
     "dict[str, str]": _dict_of(lambda v: isinstance(v, str)),
-    "list[int]": _list_of(is_int),
+    "list[int]": _list_of(_wire_int),
     "list[str]": _list_of(lambda v: isinstance(v, str)),
     "list[list[str]]": _list_of(_list_of(lambda v: isinstance(v, str))),
-    "list[list[int]]": _list_of(_list_of(is_int)),
+    "list[list[int]]": _list_of(_list_of(_wire_int)),
     "list[dict[str, Any]]": _list_of(lambda v: isinstance(v, dict)),
-    "Failure": lambda v: v in {f.value for f in Failure},
-    "Action": lambda v: v in {a.value for a in Action},
+    "Failure": _one_of(Failure),
+    "Action": _one_of(Action),
 }
 _ENUMS: dict[str, type[Enum]] = {"Failure": Failure, "Action": Action}
+
+
+def _too_large(v: Any) -> bool:
+    if isinstance(v, list):
+        return any(_too_large(x) for x in v)
+    return is_int(v) and not _wire_int(v)
 
 
 def checked(value: Any, kind: str, where: str) -> Any:
@@ -687,6 +707,8 @@ def checked(value: Any, kind: str, where: str) -> Any:
         options.remove("None")
     (kind,) = options
     if not _CHECKS[kind](value):
+        if _too_large(value):
+            raise ProtocolError(f"{where} holds an integer out of range (64-bit)")
         raise ProtocolError(f"{where} must be {kind}, not {type(value).__name__}")
     enum = _ENUMS.get(kind)
     return enum(value) if enum is not None else value
