@@ -265,13 +265,15 @@ class ForgetHost(Request):
 
 
 class Update(Request):
-    """Change a queued or held job's priority or time limit (its owner, or an admin)."""
+    """Change a queued or held job's priority, time limit or --begin time (its owner, or
+    an admin)."""
 
     OP: ClassVar[str] = "update"
     MUTATES: ClassVar[bool] = True
     id: int = 0
     priority: int | None = None
     time_limit_s: float | None = None
+    begin_at: float | None = None  # not started before this (epoch s); a past time: now
 
 
 class History(Request):

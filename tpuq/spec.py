@@ -370,8 +370,10 @@ def notify_fields(events: Any, urls: Any) -> tuple[str | None, str | None]:
     return ",".join(w for w in NOTIFY_EVENTS if w in (words or {"end"})), "\n".join(found)
 
 
-def check_update(priority: Any, time_limit_s: Any) -> None:
+def check_update(priority: Any, time_limit_s: Any, begin_at: Any = None) -> None:
     """The fields `tpuq update` may change, checked as a submit checks them."""
+    if begin_at is not None:
+        _seconds(begin_at, "--begin", 0.0, MAX_EPOCH)
     if priority is not None:
         _int(priority, "--priority", -MAX_PRIORITY, MAX_PRIORITY)
     if time_limit_s is not None and \
