@@ -9,6 +9,8 @@ import csv
 import io
 import json
 import re
+import subprocess
+import sys
 from datetime import datetime
 from pathlib import Path
 
@@ -139,6 +141,11 @@ def test_status_and_show_json_are_the_documented_contract(stack, host, tmp_path)
     shown = json.loads(stack.tpuq("show", str(whole), "--json").stdout)
     assert datetime.fromisoformat(shown["ended_at"]) >= \
         datetime.fromisoformat(shown["submitted_at"])
+    info = subprocess.run(  # the Python API's Job.info(): the same object
+        [sys.executable, "-c", "import json, sys; from tpuq.client import Job; "
+         f"print(json.dumps(Job({whole}).info()))"], env=stack.env(), capture_output=True,
+        text=True, check=True, timeout=60).stdout
+    assert json.loads(info) == shown
     stack.tpuq("cancel", str(later))
 
 
