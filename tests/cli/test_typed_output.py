@@ -8,10 +8,11 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import re
 import subprocess
 import sys
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 from hypothesis import given
@@ -20,6 +21,7 @@ from hypothesis import strategies as st
 from tests.harness import fixture_cmd
 from tests.unit.test_contract import section, tables
 from tpuq.cli.status import status
+from tpuq.jobjson import epoch, iso_time
 from tpuq.spec import format_duration, parse_duration
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,6 +32,14 @@ def test_a_duration_reads_back_as_the_same_milliseconds(ms):
     text = format_duration(ms / 1000)
     assert re.fullmatch(r"(\d+d)?(\d+h)?(\d+m)?(\d+(\.\d{1,3})?s)?", text) and text
     assert round(parse_duration(text) * 1000) == ms
+
+
+@given(st.floats(min_value=0, max_value=2.0**36, allow_nan=False))
+def test_a_time_is_iso_8601_in_utc_to_the_second_and_reads_back(t):
+    text = iso_time(t)
+    assert text == datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="seconds")
+    assert epoch(text) == math.floor(t) and epoch(text.replace("+00:00", "Z")) == epoch(text)
+    assert iso_time(None) is None and epoch(None) is None and epoch(t) == t
 
 
 def test_durations_read_as_people_write_them():
