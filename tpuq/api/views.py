@@ -8,6 +8,7 @@ Environment values a job captured from its owner's shell are the owner's: anyone
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, cast
 
 from tpuq.api.caller import Caller
@@ -25,6 +26,9 @@ if TYPE_CHECKING:  # the job object's types cost nothing at run time
         ShownJob,
         WorkerObject,
     )
+
+# a queue's jobs share a few grace periods and time limits: each is written once
+_duration = lru_cache(maxsize=256)(format_duration)
 
 HIDDEN = "(hidden)"  # what a job's env value looks like to anyone but its owner and admins
 
@@ -48,8 +52,8 @@ def job_object(row: Any, waiting: str | None = None, current: Any = None) -> Job
         "submitted_at": iso_time(r["submitted_at"]) or "", "ended_at": iso_time(r["ended_at"]),
         "reason": r["reason"],
         "waiting_for": waiting, "resubmit_of": r["resubmit_of"],
-        "stop_signal": r["stop_signal"], "grace": format_duration(r["grace_s"]),
-        "time_limit": None if r["time_limit_s"] is None else format_duration(r["time_limit_s"]),
+        "stop_signal": r["stop_signal"], "grace": _duration(r["grace_s"]),
+        "time_limit": None if r["time_limit_s"] is None else _duration(r["time_limit_s"]),
         "stop_request": r["stop_request"],
         "notify": r["notify"], "array_id": r["array_id"], "array_index": r["array_index"],
         # TPU variables of the submitter's shell the job does not get (jobenv.dropped)
