@@ -46,8 +46,10 @@ MAX_TASKS = 100_000  # tasks of one array (`--array`)
 # any request that has one, and such a client any reply that has one, so both hear it
 # without "v". Raise PROTOCOL when a message changes shape; while OLDEST < PROTOCOL, an
 # agent's replies must stay readable by OLDEST's clients (docs/upgrading.md).
-PROTOCOL = 2
-OLDEST = 2
+# 3: the job object's times are ISO 8601 and its durations written as options take them
+# (`grace`, `time_limit`), its name and whole-host chips filled (tpuq/jobjson.py)
+PROTOCOL = 3
+OLDEST = 3
 UNVERSIONED = 1
 
 
@@ -263,13 +265,15 @@ class ForgetHost(Request):
 
 
 class Update(Request):
-    """Change a queued or held job's priority or time limit (its owner, or an admin)."""
+    """Change a queued or held job's priority, time limit or --begin time (its owner, or
+    an admin)."""
 
     OP: ClassVar[str] = "update"
     MUTATES: ClassVar[bool] = True
     id: int = 0
     priority: int | None = None
     time_limit_s: float | None = None
+    begin_at: float | None = None  # not started before this (epoch s); a past time: now
 
 
 class History(Request):

@@ -273,7 +273,7 @@ class Api:
         return Results(results=[out[j] for j in wanted])
 
     def update(self, req: Update, caller: Caller) -> Reply:
-        check_update(req.priority, req.time_limit_s)
+        check_update(req.priority, req.time_limit_s, req.begin_at)
         with self.db.write() as s:
             owner = jobs.owner_of(s, req.id)
             if owner is None:
@@ -282,7 +282,7 @@ class Api:
                 raise Denied(Failure.FORBIDDEN, f"job {req.id} is {owner}'s; only its owner "
                                                 "or an admin may change it")
             r = jobs.update(s, req.id, caller.name, priority=req.priority,
-                            time_limit_s=req.time_limit_s)
+                            time_limit_s=req.time_limit_s, begin_at=req.begin_at)
         return Results(results=[_result(r)])
 
     def resubmit(self, req: Resubmit, caller: Caller) -> Reply:
