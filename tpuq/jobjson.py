@@ -1,6 +1,6 @@
 """The job object: what `tpuq status --json` lists and `tpuq show --json` prints, one type.
 
-The handlers build it (tpuq/api/views.py), the CLI, the dashboard and the Python API read
+The handlers build it (tpuq/api/objects.py), the CLI, the dashboard and the Python API read
 it: they share these TypedDicts, so a key is spelled once and mypy checks every read. The
 contract for scripts is the table in docs/reference.md "The JSON contract"
 (tests/unit/test_docs.py checks it names exactly these keys).
