@@ -38,7 +38,7 @@ COORDINATOR_ADDRESS = "JAX_COORDINATOR_ADDRESS"
 # libtpu's runtime metrics server binds 8431 in every process unless this says otherwise
 # (tpu-info README; marin #6985: "Address already in use")
 METRICS_PORTS = "TPU_RUNTIME_METRICS_PORTS"
-# Every child of an attempt inherits these: they mark a process as an attempt's (holders.py).
+# Every child of an attempt inherits these: they mark a process as an attempt's (agent/tpu/holders.py).
 MARKER_VARS = (JOB_ID, ATTEMPT, HOST, CHECKPOINT_DIR)
 # What the job-side helper reads (tpuq/job.py spells them itself to stay import-light;
 # tests/unit/test_job_helper.py checks it reads exactly these).

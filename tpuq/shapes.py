@@ -14,7 +14,7 @@ from dataclasses import dataclass
 class Bounds:
     """One chip shape of a host: TPU_CHIPS_PER_PROCESS_BOUNDS for `chips` chips, where
     that comes from, and whether a source confirms it. An unverified shape is offered
-    only once the host's probe passed (agent/probes.py)."""
+    only once the host's probe passed (agent/tpu/probes.py)."""
 
     chips: int
     bounds: str

@@ -17,9 +17,8 @@ from typing import Any
 import pytest
 
 from tests.harness import wait_for
-from tpuq.agent import keepers
-from tpuq.agent.keeper import Launch, clock
-from tpuq.agent.keepers import KeeperGone, KeeperLink, KeeperServer
+from tpuq.agent.keeper.link import KeeperGone, KeeperLink, KeeperServer, adopt, live_keepers
+from tpuq.agent.keeper.process import Launch, clock
 
 
 class Server(KeeperServer):
@@ -46,7 +45,7 @@ def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
         srv.stop()
         for pid in srv.keepers:  # keepers outlive their server: by pid, each we started
             try:
-                if "tpuq.agent.keeper" in Path(f"/proc/{pid}/cmdline").read_text():
+                if "tpuq.agent.keeper.process" in Path(f"/proc/{pid}/cmdline").read_text():
                     os.kill(pid, signal.SIGKILL)
             except (OSError, ProcessLookupError):
                 pass
@@ -142,8 +141,8 @@ def test_a_keeper_outlives_its_agent_and_a_new_one_adopts_it(server, tmp_path):
     link, first = server.launch(launch(tmp_path, code))
     link.close()  # the agent dies
     server.stop()  # and the server that forked the keeper
-    assert keepers.live_keepers(str(tmp_path / "run")) == [(1, 1)]
-    adopted = keepers.adopt(str(tmp_path / "run"), 1, 1)
+    assert live_keepers(str(tmp_path / "run")) == [(1, 1)]
+    adopted = adopt(str(tmp_path / "run"), 1, 1)
     assert adopted is not None
     link, status = adopted
     assert status["event"] == "status" and status["pid"] == first["pid"] and not status["ended"]
@@ -196,7 +195,7 @@ def test_the_keeper_server_and_its_spares_exit_when_their_agent_is_killed(tmp_pa
     agent = subprocess.Popen(
         [sys.executable, "-c",
          "import sys, time\n"
-         "from tpuq.agent.keepers import KeeperServer\n"
+         "from tpuq.agent.keeper.link import KeeperServer\n"
          "s = KeeperServer(sys.argv[1]).start()\n"
          "print(s.proc.pid, flush=True)\n"
          "time.sleep(600)\n", str(tmp_path / "run")],

@@ -38,7 +38,7 @@ ROLE = leader.SCHEDULER
 USAGE_TTL_S = 10.0
 # An expired lease is requeued once a reaper pass this much later still finds it expired
 # (at most a third of a lease). A live host that was cut off renews within its retry
-# cap (2 s, supervisor.py) once it reaches the database again.
+# cap (2 s, agent/attempts/supervisor.py) once it reaches the database again.
 REAP_CONFIRM_S = 5.0
 Dispatch = Callable[[str, int, int], None]  # tell host to start (job_id, attempt)
 Notify = Callable[[], None]
@@ -213,12 +213,12 @@ class Scheduler:
         third of a lease) on, still finds it expired: after a database outage every lease
         looks expired, and the hosts need a moment to renew theirs. A new leader starts
         with no suspects. The keeper of an attempt stops it before its lease can run out
-        (keeper.py), so requeueing at once after that is safe.
+        (agent/keeper/process.py), so requeueing at once after that is safe.
         """
         if not self.has_lease():
             self._suspects = {}
             return []
-        margin = min(1.0, self.settings.lease_s / 10)  # as a gang's worker 0's (gang.py)
+        margin = min(1.0, self.settings.lease_s / 10)  # as a gang's worker 0's (agent/attempts/gang.py)
         with self.db.read() as s:
             expired = attempts.expired_leases(s)
             stale = gangs.stale(s, margin)

@@ -1,10 +1,10 @@
 """Supervises one attempt from the agent: launch it under a keeper, renew its lease, pass
 stop requests on, record how it ended.
 
-The job's parent is its keeper (keeper.py), not the agent: the agent may crash, be
+The job's parent is its keeper (keeper/process.py), not the agent: the agent may crash, be
 upgraded or freeze and the job neither dies with it nor outruns its lease. This thread
 is the agent's half: it waits on the keeper's socket and a wake pipe, never on a sleep,
-and asks AttemptDeadlines (deadlines.py) what is due when. Each lease renewal that
+and asks AttemptDeadlines (attempts/deadlines.py) what is due when. Each lease renewal that
 reaches the database is passed on to the keeper as "valid until"; one that does not
 lets the keeper stop the job before the lease can run out.
 """
@@ -20,13 +20,13 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from tpuq import checkpoints
-from tpuq.agent import functionjob, identity, outcome
-from tpuq.agent.attempt import AttemptSpec
-from tpuq.agent.deadlines import AttemptDeadlines, Verdict
-from tpuq.agent.keeper import Launch
-from tpuq.agent.keepers import KeeperGone, KeeperLink, KeeperServer, clock
-from tpuq.agent.outcome import Progress
-from tpuq.agent.terminals import Terminals
+from tpuq.agent.attempts import functionjob, identity, outcome
+from tpuq.agent.attempts.deadlines import AttemptDeadlines, Verdict
+from tpuq.agent.attempts.outcome import Progress
+from tpuq.agent.attempts.spec import AttemptSpec
+from tpuq.agent.keeper.link import KeeperGone, KeeperLink, KeeperServer, clock
+from tpuq.agent.keeper.process import Launch
+from tpuq.agent.local.terminals import Terminals
 from tpuq.settings import Settings
 from tpuq.state import attempts, jobs
 from tpuq.state.attempts import Ending
@@ -56,7 +56,7 @@ class HostContext(Protocol):
 
     @property
     def instance(self) -> str:
-        """The database's random id (workdirs.py)."""
+        """The database's random id (attempts/workdirs.py)."""
         ...
 
     def log_path(self, job_id: int, attempt: int, worker: int | None = None) -> str: ...
@@ -356,7 +356,7 @@ class Supervisor(threading.Thread):
         if self.spec.session and self.link is not None:
             self.link.send(op="say", text=text)
 
-    # ---- what a slice job's task does otherwise (gang.py) ------------------------------
+    # ---- what a slice job's task does otherwise (attempts/gang.py) ------------------------------
     def _watch_every(self) -> float | None:
         """How often to look at the other workers of a slice job (None: not a leader)."""
         return None
@@ -381,7 +381,7 @@ class Supervisor(threading.Thread):
         written = outcome.read_exit(log_path)
         if written is not None:
             return written
-        from tpuq.agent import holders
+        from tpuq.agent.tpu import holders
 
         with self.ctx.db.read() as s:
             att = next((a for a in attempts.active_on_host(s, self.ctx.name)

@@ -29,11 +29,11 @@ import select
 import time
 from typing import Any, Protocol
 
-from tpuq.agent import outcome
-from tpuq.agent.attempt import AttemptSpec
-from tpuq.agent.keepers import clock
-from tpuq.agent.outcome import Progress
-from tpuq.agent.supervisor import HostContext, Supervisor
+from tpuq.agent.attempts import outcome
+from tpuq.agent.attempts.outcome import Progress
+from tpuq.agent.attempts.spec import AttemptSpec
+from tpuq.agent.attempts.supervisor import HostContext, Supervisor
+from tpuq.agent.keeper.link import clock
 from tpuq.state import attempts, gangs, hosts
 from tpuq.state.attempts import Ending
 from tpuq.state.outage import is_outage
@@ -50,7 +50,7 @@ class GangHost(HostContext, Protocol):
     held: hosts.Held
 
     def claim_tpu(self, chips: tuple[int, ...]) -> str | None:
-        """The chips made free for a job, or why not (executor.py)."""
+        """The chips made free for a job, or why not (attempts/executor.py)."""
 
     def supervisors(self) -> list[Supervisor]: ...
 

@@ -42,7 +42,7 @@ class AttemptSpec:
     @property
     def runs_function(self) -> bool:
         """A function job (tpuq.client.submit(fn)): its call is written before the
-        start, its outcome stored after the end (functionjob.py)."""
+        start, its outcome stored after the end (attempts/functionjob.py)."""
         return runfn.is_function_command(self.command)
 
     @classmethod

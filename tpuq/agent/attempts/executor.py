@@ -17,14 +17,15 @@ from collections.abc import Callable
 from typing import Any
 
 from tpuq import jobenv
-from tpuq.agent import cleanup, devices, holders, libtpu, outcome
-from tpuq.agent.attempt import AttemptSpec
-from tpuq.agent.chiplocks import lock_paths
-from tpuq.agent.devwatch import DeviceWatch
-from tpuq.agent.keepers import KeeperLink, KeeperServer, clock
-from tpuq.agent.supervisor import Supervisor
-from tpuq.agent.terminals import Terminals
-from tpuq.agent.workdirs import WorkDirs
+from tpuq.agent.attempts import outcome
+from tpuq.agent.attempts.spec import AttemptSpec
+from tpuq.agent.attempts.supervisor import Supervisor
+from tpuq.agent.attempts.workdirs import WorkDirs
+from tpuq.agent.keeper.link import KeeperLink, KeeperServer, clock
+from tpuq.agent.local.terminals import Terminals
+from tpuq.agent.tpu import cleanup, devices, holders, libtpu
+from tpuq.agent.tpu.chiplocks import lock_paths
+from tpuq.agent.tpu.devwatch import DeviceWatch
 from tpuq.settings import Settings
 from tpuq.spec import SpecError, check_runnable
 from tpuq.state import attempts, gangs, hosts, queries
@@ -57,7 +58,7 @@ class Executor:
         self.end_hooks: list[Callable[[Supervisor], None]] = []  # e.g. final log shipping
         self.gang_news: Callable[[], None] = lambda: None  # wakes the slice's other agents
         self.in_slice = False  # a worker of a multi-host slice: it also polls slice tasks
-        self.probing = False  # the shape probes run (probes.py): no attempt starts
+        self.probing = False  # the shape probes run (tpu/probes.py): no attempt starts
         self._paths: dict[tuple[int, ...], set[str]] = {}
         self.devwatch = DeviceWatch(self._device_paths(tuple(self.chips)),
                                     trust_s=settings.devwatch_trust_s)
@@ -205,9 +206,9 @@ class Executor:
         return sup
 
     def start_gang(self, job_id: int, attempt: int) -> Supervisor | None:
-        """Start this host's task of a slice job's attempt (agent/gang.py) if it is still
+        """Start this host's task of a slice job's attempt (agent/attempts/gang.py) if it is still
         waiting for this worker; idempotent. None for a stale or duplicate doorbell."""
-        from tpuq.agent.gang import GangTask
+        from tpuq.agent.attempts.gang import GangTask
 
         key = (job_id, attempt)
         with self._lock:
@@ -279,7 +280,7 @@ class Executor:
         process takes to let go of them (vfio devices can take seconds).
 
         The /proc scan is skipped when inotify shows that every open of these device
-        files since the last scan that found them free has been closed (devwatch.py).
+        files since the last scan that found them free has been closed (tpu/devwatch.py).
         """
         paths = self._device_paths(chips)
         if self.devwatch.quiet(paths):

@@ -1,4 +1,4 @@
-"""The agent's side of its keepers (keeper.py): start the server that forks them, launch
+"""The agent's side of its keepers (keeper/process.py): start the server that forks them, launch
 an attempt through it, and talk to a keeper over its socket (also one of an earlier
 agent's life, to adopt it)."""
 
@@ -15,7 +15,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from tpuq.agent.keeper import SERVER, Launch, clock, keeper_socket, unix_call
+from tpuq.agent.keeper.process import SERVER, Launch, clock, keeper_socket, unix_call
 from tpuq.errors import Failure, TpuqError
 
 log = logging.getLogger("tpuq.agent")
@@ -123,7 +123,7 @@ class KeeperServer:
     def start(self) -> KeeperServer:
         os.makedirs(self.run_dir, mode=0o700, exist_ok=True)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tpuq.agent.keeper", self.run_dir, str(os.getpid())],
+            [sys.executable, "-m", "tpuq.agent.keeper.process", self.run_dir, str(os.getpid())],
             stdin=subprocess.DEVNULL, start_new_session=True, close_fds=True)
         deadline = time.monotonic() + START_TIMEOUT_S
         while not self._answers():

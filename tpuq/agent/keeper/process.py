@@ -18,7 +18,7 @@ job's parent is not the agent but its keeper, which
     with no agent to tell is recorded by the keeper itself.
 
 Keepers are forked ahead of need by a small single-threaded server (`python -m
-tpuq.agent.keeper`, started by the agent): a spare waits on the server's socket, takes
+tpuq.agent.keeper.process`, started by the agent): a spare waits on the server's socket, takes
 the next launch, becomes that attempt's keeper in a session of its own (the server's
 end is not its end), and the server forks another. A launch then waits for neither a
 fresh interpreter (tens of milliseconds) nor a fork. Nothing here imports
@@ -56,8 +56,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpuq import outputs
-from tpuq.agent.chiplocks import ChipBusy, ChipLocks
-from tpuq.agent.holders import proc_start_ticks
+from tpuq.agent.tpu.chiplocks import ChipBusy, ChipLocks
+from tpuq.agent.tpu.holders import proc_start_ticks
 
 log = logging.getLogger("tpuq.keeper")
 TAIL_KEPT = 64 * 1024  # what the end of a capped log shows
@@ -115,7 +115,7 @@ class Launch:
     group: int | None = None
     groups: list[int] = field(default_factory=list)
     chip_locks: list[str] = field(default_factory=list)  # flock'ed for the keeper's life
-    instance: str = ""  # the database's (workdirs.py): an exit file names whose it is
+    instance: str = ""  # the database's (attempts/workdirs.py): an exit file names whose it is
     output: str | None = None  # --output: a file of the owner's the output also goes to
     tty: bool = False  # a session: its terminal comes with the launch (SCM_RIGHTS)
 
@@ -493,7 +493,7 @@ class Keeper:
         if self.collected or self.ended is None:
             return
         try:
-            from tpuq.agent.outcome import record_unattended
+            from tpuq.agent.attempts.outcome import record_unattended
 
             la = self.launch
             record_unattended(la.job_id, la.attempt, la.host, la.log_path, self.ended)
