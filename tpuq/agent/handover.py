@@ -17,6 +17,7 @@ import logging
 from tpuq.agent.attempts.executor import Executor
 from tpuq.agent.attempts.spec import AttemptSpec
 from tpuq.agent.keeper.link import adopt, clock
+from tpuq.agent.keeper.messages import Lease
 from tpuq.state import attempts, hosts
 
 log = logging.getLogger("tpuq.agent")
@@ -57,5 +58,5 @@ def _extend(executor: Executor, spec: AttemptSpec, handover_s: float) -> None:
         if lease.held else None
     if found is not None:
         link, _ = found
-        link.send(op="lease", until=asked + handover_s)
+        link.send(Lease(until=asked + handover_s))
         link.close()

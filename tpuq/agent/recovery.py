@@ -22,6 +22,7 @@ from tpuq.agent.attempts import outcome
 from tpuq.agent.attempts.executor import Executor
 from tpuq.agent.attempts.spec import AttemptSpec
 from tpuq.agent.keeper.link import KeeperGone, adopt, clock, live_keepers
+from tpuq.agent.keeper.messages import Collected, Ended, Kill, Status
 from tpuq.agent.tpu import holders, libtpu
 from tpuq.state import attempts, gangs, queries
 from tpuq.state.attempts import Ending
@@ -116,18 +117,18 @@ def _stop_strays(executor: Executor, adopted: set[tuple[int, int]]) -> None:
         if found is None:
             continue
         link, status = found
-        if status.get("ended") is None:
+        if not isinstance(status, Status) or status.ended is None:
             log.warning("job %s attempt %s is no longer this host's: killing it", *key)
-            link.send(op="kill")
+            link.send(Kill())
             deadline = time.monotonic() + 10.0
             while time.monotonic() < deadline:
                 try:
-                    if any(m.get("event") == "ended" for m in link.events()):
+                    if any(isinstance(m, Ended) for m in link.events()):
                         break
                 except KeeperGone:
                     break
                 time.sleep(0.05)
-        link.send(op="collected")
+        link.send(Collected())
         link.close()
 
 

@@ -22,6 +22,7 @@ from tpuq.agent.attempts.spec import AttemptSpec
 from tpuq.agent.attempts.supervisor import Supervisor
 from tpuq.agent.attempts.workdirs import WorkDirs
 from tpuq.agent.keeper.link import KeeperLink, KeeperServer, clock
+from tpuq.agent.keeper.messages import Ended, FromKeeper
 from tpuq.agent.local.terminals import Terminals
 from tpuq.agent.tpu import cleanup, devices, holders, libtpu
 from tpuq.agent.tpu.chiplocks import lock_paths
@@ -90,10 +91,10 @@ class Executor:
     def instance(self) -> str:
         return self.dirs.instance
 
-    def read_exit(self, job_id: int, attempt: int) -> dict[str, Any] | None:
+    def read_exit(self, job_id: int, attempt: int) -> Ended | None:
         """How a keeper said the attempt ended, if it wrote it (for this database)."""
         ended = outcome.read_exit(self.log_path(job_id, attempt))
-        if ended is None or ended.get("instance") != self.instance:
+        if ended is None or ended.instance != self.instance:
             return None
         return ended
 
@@ -196,7 +197,7 @@ class Executor:
         self.on_change()  # assigned attempts waited: the heartbeat's poll starts them
 
     def supervise(self, spec: AttemptSpec,
-                  adopted: tuple[KeeperLink, dict[str, Any]] | None = None) -> Supervisor:
+                  adopted: tuple[KeeperLink, FromKeeper] | None = None) -> Supervisor:
         """A supervisor for the attempt: for a new one, or for one an earlier agent's
         life left with its keeper (`adopted`)."""
         sup = Supervisor(self, spec, adopted)
