@@ -268,8 +268,7 @@ class Agent:
                     s, self.held, self.holder, tpu_type=self.tpu_type,
                     chips=[c.index for c in self.chips], boot_id=self.boot_id,
                     agent_pid=os.getpid(), stale_s=self.settings.host_stale_s,
-                    seat=(self.seat.slice, self.seat.worker, self.seat.tpu_type)
-                    if self.seat else None, unavailable=self.shapes.initial(),
+                    seat=self.seat, unavailable=self.shapes.initial(),
                     checkpoint_root=self.settings.checkpoint_root)
         except hosts.NameTaken as e:
             raise AgentError(str(e)) from None

@@ -28,6 +28,7 @@ from tpuq.agent.tpu import cleanup, devices, holders, libtpu
 from tpuq.agent.tpu.chiplocks import lock_paths
 from tpuq.agent.tpu.devwatch import DeviceWatch
 from tpuq.settings import Settings
+from tpuq.shapes import Seat
 from tpuq.spec import SpecError, check_runnable
 from tpuq.state import attempts, gangs, hosts, queries
 from tpuq.state.attempts import Ending
@@ -221,7 +222,8 @@ class Executor:
                 or row.state != JobState.ASSIGNED.value:
             return None
         spec = self._runnable(row, job_id, attempt, None, chips=tuple(sorted(self.chips)),
-                              lease_until=clock(), gang=(row.worker, row.workers, row.host))
+                              lease_until=clock(), gang=Seat(row.host, row.worker, row.tpu_type or "",
+                                                        hosts=row.workers))
         if spec is None:
             return None
         waited = max(0.0, float(row.now) - float(row.assigned_at))

@@ -64,7 +64,8 @@ class GangTask(Supervisor):
         super().__init__(ctx, spec)
         self.host = ctx
         assert spec.gang is not None
-        self.worker, self.workers, self.slice = spec.gang
+        self.worker, self.workers, self.slice = spec.gang.worker, spec.gang.workers, \
+            spec.gang.slice
         self.start_by = start_by  # monotonic: the barrier's deadline
         self._job_renewed = 0.0
 
