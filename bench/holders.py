@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tpuq.agent import holders  # noqa: E402
+from tpuq.agent.tpu import holders  # noqa: E402
 
 ROUNDS = 40
 DEVICE = "/dev/full"

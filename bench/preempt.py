@@ -137,7 +137,7 @@ def _measure(stack: EmbeddedStack, md: Any) -> dict[str, float]:
     time.sleep(0.3)
     stack.kill_agent()
     stack.kill_keepers()  # a crash of the host's tpuq side: agent, keeper and job
-    from tpuq.agent.holders import is_same_process
+    from tpuq.agent.tpu.holders import is_same_process
 
     if att2.proc_start and is_same_process(att2.pid, att2.proc_start):
         os.killpg(att2.pid, signal.SIGKILL)  # the job tpuq started for this bench

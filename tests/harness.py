@@ -114,7 +114,7 @@ class Stack:
 
     def keepers(self, host: FakeHost | None = None) -> list[int]:
         """Pids of the attempt keepers this test's agents started (they outlive agents;
-        only `host`'s, if given): forked from `python -m tpuq.agent.keeper
+        only `host`'s, if given): forked from `python -m tpuq.agent.keeper.process
         <home>/run/<host>`, they carry its command line."""
         # an agent may have been given a state directory of its own (TPUQ_HOME)
         homes = {str(self.home), *(a.env["TPUQ_HOME"] for a in self.agents
@@ -128,7 +128,7 @@ class Stack:
                 cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
             except OSError:
                 continue
-            if b"tpuq.agent.keeper" in cmdline and any(m in cmdline for m in marks):
+            if b"tpuq.agent.keeper.process" in cmdline and any(m in cmdline for m in marks):
                 found.append(int(name))
         return found
 
@@ -137,7 +137,7 @@ class Stack:
         agent is not running, more spares than a live server keeps, a keeper of an
         attempt that is over (call this once every job ended), a job's process (one
         whose command line holds every string of `jobs`)."""
-        from tpuq.agent.keeper import SPARES
+        from tpuq.agent.keeper.process import SPARES
 
         procs = _processes()
         agents = {a.pid for a in self.agents if a.proc is not None and a.proc.poll() is None}
@@ -207,7 +207,7 @@ class Stack:
             return list(s.query(Attempt).filter_by(job_id=job_id).order_by(Attempt.number))
 
     def checkpoint_dir(self, job_id: int) -> Path:
-        """TPUQ_CHECKPOINT_DIR of a job of this database (agent/workdirs.py)."""
+        """TPUQ_CHECKPOINT_DIR of a job of this database (agent/attempts/workdirs.py)."""
         from tpuq.state.queries import instance_id
 
         with self.db.read() as s:
@@ -264,7 +264,7 @@ class Stack:
                 pids += [(g.pid, g.proc_start) for g in s.query(GangWorker) if g.pid]
         except Exception:  # noqa: BLE001 - the database may be gone or never created
             pids = []
-        from tpuq.agent.holders import is_same_process
+        from tpuq.agent.tpu.holders import is_same_process
 
         for pid, start in pids:
             if start and is_same_process(pid, start):
@@ -307,7 +307,7 @@ class AgentProc:
     def start(self, wait: bool = True) -> AgentProc:
         self._log_from = self.log_path.stat().st_size if self.log_path.exists() else 0
         log = open(self.log_path, "ab")
-        # from the host's directory: another tpuq's `python -m tpuq.agent.keeper` must not
+        # from the host's directory: another tpuq's `python -m tpuq.agent.keeper.process` must not
         # import this checkout's tpuq from the working directory
         self.proc = subprocess.Popen([*self.command, "agent"],
                                      env=self.stack.env(self.host, **self.env),

@@ -1,5 +1,5 @@
 """Where a notification may go: the one rule, for the submit that names a destination
-and for the process that connects to it (tpuq/agent/courier.py).
+and for the process that connects to it (tpuq/agent/duties/courier.py).
 
 A job's owner names its destinations (Apprise URLs), and an agent connects to them: so
 by default nothing on the host itself (loopback, the unspecified address), nothing

@@ -15,7 +15,7 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 
-from tpuq.shapes import chip_bounds
+from tpuq.shapes import Seat, chip_bounds
 from tpuq.spec import SpecError
 
 # ---- what tpuq tells every attempt ----------------------------------------------------------
@@ -38,7 +38,7 @@ COORDINATOR_ADDRESS = "JAX_COORDINATOR_ADDRESS"
 # libtpu's runtime metrics server binds 8431 in every process unless this says otherwise
 # (tpu-info README; marin #6985: "Address already in use")
 METRICS_PORTS = "TPU_RUNTIME_METRICS_PORTS"
-# Every child of an attempt inherits these: they mark a process as an attempt's (holders.py).
+# Every child of an attempt inherits these: they mark a process as an attempt's (agent/tpu/holders.py).
 MARKER_VARS = (JOB_ID, ATTEMPT, HOST, CHECKPOINT_DIR)
 # What the job-side helper reads (tpuq/job.py spells them itself to stay import-light;
 # tests/unit/test_job_helper.py checks it reads exactly these).
@@ -313,13 +313,13 @@ def build_env(
     stop_signal: str | None = None,
     progress_file: str | None = None,
     exists: Callable[[str], bool] = os.path.exists,
-    gang: tuple[int, int, str] | None = None,
+    gang: Seat | None = None,
     coordinator_port: int | None = None,
     generation: str | None = None,
     host_env: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The complete environment of one attempt (raises ValueError for an unshapeable subset).
-    `gang`: (worker, workers, slice) of a slice job's task, whose JAX coordinator listens
+    `gang`: the seat of a slice job's task, whose JAX coordinator listens
     on `coordinator_port` (the metadata is left alone: a bare jax.distributed.initialize()
     finds its peers there on a TPU VM). `generation` picks the bounds table's row
     (shapes.py); `host_env`: what the host adds for every job (single_slice_env)."""
@@ -331,7 +331,8 @@ def build_env(
     own = {JOB_ID: str(job_id), ATTEMPT: str(attempt), HOST: host,
            CHECKPOINT_DIR: checkpoint_dir, RESUMED: "1" if resumed else "0"}
     if gang is not None:
-        own.update({WORKER_ID: str(gang[0]), NUM_WORKERS: str(gang[1]), SLICE: gang[2]})
+        own.update({WORKER_ID: str(gang.worker), NUM_WORKERS: str(gang.workers),
+                    SLICE: gang.slice})
         if coordinator_port is not None:
             env[COORDINATOR_PORT] = str(coordinator_port)
     env.update(own)

@@ -442,7 +442,7 @@ class Rows(Reply):
 
 
 class TpuCleaned(Reply):
-    """What a CleanTpu found and did: the fields of agent/cleanup.py's CleanReport."""
+    """What a CleanTpu found and did: the fields of agent/tpu/cleanup.py's CleanReport."""
 
     NAME: ClassVar[str] = "tpu-cleaned"
     report: dict[str, Any] = {}

@@ -152,7 +152,7 @@ class Settings:
     run_as_min_uid: int = 1000
     # one attempt's output kept on disk; what is over is dropped, and the log says so
     log_max_bytes: int = 1024**3
-    # job logs an agent keeps (agent/logkeeper.py): an ended attempt's log and its Redis
+    # job logs an agent keeps (agent/duties/logkeeper.py): an ended attempt's log and its Redis
     # stream for this many days; each user's logs on one host's disk up to this many bytes
     # (the oldest ended attempts' go first; a running attempt's never); the ended
     # attempts' streams one host shipped to Redis up to this many bytes; and a host with
@@ -190,9 +190,9 @@ class Settings:
     # before the next job may start (vfio devices can take seconds to release)
     chip_release_s: float = 60.0
     # how long a /proc scan that found the chips free is trusted while inotify shows no
-    # open since (agent/devwatch.py); a container's own device node is invisible to it
+    # open since (agent/tpu/devwatch.py); a container's own device node is invisible to it
     devwatch_trust_s: float = 10.0
-    # what proves a chip shape on this host (agent/probes.py): "auto" (JAX lists its
+    # what proves a chip shape on this host (agent/tpu/probes.py): "auto" (JAX lists its
     # local devices, on a host whose TPU PCI devices are known), "off", or a command
     # line run in a job's environment for that shape
     probe_command: str = "auto"

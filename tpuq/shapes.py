@@ -14,7 +14,7 @@ from dataclasses import dataclass
 class Bounds:
     """One chip shape of a host: TPU_CHIPS_PER_PROCESS_BOUNDS for `chips` chips, where
     that comes from, and whether a source confirms it. An unverified shape is offered
-    only once the host's probe passed (agent/probes.py)."""
+    only once the host's probe passed (agent/tpu/probes.py)."""
 
     chips: int
     bounds: str
@@ -197,3 +197,18 @@ def slice_hosts(tpu_type: str) -> int:
     n = _size(tpu_type) or 0
     chips = n // 2 if family(tpu_type) in CORE_FAMILIES else n
     return max(1, chips // per_host)
+
+
+@dataclass(frozen=True)
+class Seat:
+    """A host's place in a multi-host slice: the slice, which worker of it, its type.
+    A host's own (agent/gce/topology.py), and a slice job's task's (its worker's row)."""
+
+    slice: str
+    worker: int
+    tpu_type: str  # the slice's type, e.g. "v4-32"
+    hosts: int = 0  # workers in the slice when known apart from its type (a job's row)
+
+    @property
+    def workers(self) -> int:
+        return self.hosts or slice_hosts(self.tpu_type)

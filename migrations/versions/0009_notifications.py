@@ -8,7 +8,7 @@ separated; NULL: none). `jobs.notify_to`: where to (Apprise URLs, one per line),
 may hold a webhook's token or a mail password: agents read it, users never do (no column
 grant). `notifications`: the outbox, one row per event, written in the transaction of
 the job's state change (state/transitions.py), so a crash never loses one; agents claim,
-send and retry them (tpuq/agent/notifier.py).
+send and retry them (tpuq/agent/duties/notifier.py).
 """
 
 import sqlalchemy as sa

@@ -8,7 +8,7 @@ user add` beside their login role and put into Redis by every agent: the name an
 SHA-256 of its password (what Redis itself keeps). Agents read it; users do not.
 
 `log_usage`: what each owner's job logs take on each host's disk, and the budget they are
-held to, as each host's agent measures it (tpuq/agent/logkeeper.py).
+held to, as each host's agent measures it (tpuq/agent/duties/logkeeper.py).
 Everyone reads it (`tpuq status` names who is over budget); agents write it.
 
 `hosts.disk_low`: why a host takes no work for want of disk, or NULL.

@@ -37,7 +37,7 @@ from tests.e2e.conftest import fault_runs
 from tests.harness import FIXTURES, AgentProc, FakeHost, Stack, wait_for
 from tests.services import TcpProxy
 from tpuq import localclient
-from tpuq.agent.holders import is_same_process
+from tpuq.agent.tpu.holders import is_same_process
 from tpuq.spec import JobSpec
 from tpuq.state import jobs
 from tpuq.state.models import Attempt, Job

@@ -18,7 +18,7 @@ import pytest
 from tests import records
 from tests.harness import FIXTURES, AgentProc, FakeHost, Stack, fixture_cmd, wait_for
 from tests.services import TcpProxy
-from tpuq.agent.holders import is_same_process
+from tpuq.agent.tpu.holders import is_same_process
 from tpuq.scheduler.passes import ROLE
 from tpuq.state import hosts, leader, queries
 

@@ -13,7 +13,7 @@ from sqlalchemy import update
 
 from tests.e2e.test_embedded_queue import intervals
 from tests.harness import FIXTURES, fixture_cmd, wait_for
-from tpuq.agent.holders import is_same_process
+from tpuq.agent.tpu.holders import is_same_process
 from tpuq.state.models import Attempt
 
 

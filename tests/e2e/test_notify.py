@@ -148,7 +148,7 @@ def courier(url: str, allow: str = "") -> dict:  # type: ignore[type-arg]
     """What the agent's courier process answers for one delivery."""
     order = {"deliveries": [{"url": url, "title": "t", "body": "b", "kind": "info"}],
              "allow": allow, "own": []}
-    done = subprocess.run([sys.executable, "-m", "tpuq.agent.courier"],
+    done = subprocess.run([sys.executable, "-m", "tpuq.agent.duties.courier"],
                           input=json.dumps(order), capture_output=True, text=True, timeout=60)
     return json.loads(done.stdout)  # type: ignore[no-any-return]
 

@@ -80,7 +80,7 @@ def test_a_shell_runs_on_the_callers_terminal_and_exits_with_its_status(stack, h
 
 def _has_child_sleep(stack: Stack, job_id: int) -> bool:
     pid = stack.attempts(job_id)[-1].pid
-    from tpuq.agent.keeper import session_members
+    from tpuq.agent.keeper.process import session_members
 
     return pid is not None and any(
         Path(f"/proc/{p}/cmdline").read_bytes().startswith(b"sleep")

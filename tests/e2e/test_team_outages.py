@@ -18,7 +18,7 @@ from celery import Celery
 
 from tests.e2e.test_team import LAPTOP, assert_exactly_once, runs
 from tests.harness import FIXTURES, AgentProc, Stack, fixture_cmd, wait_for
-from tpuq.agent.holders import is_same_process
+from tpuq.agent.tpu.holders import is_same_process
 from tpuq.state import queries
 
 pytestmark = pytest.mark.team

@@ -97,7 +97,7 @@ def test_clean_says_where_tpuq_is_missing_or_a_worker_is_away(fake_pod: FakePod)
 def test_only_an_admin_may_ask_an_agent_to_free_its_tpu(tmp_path: Path) -> None:
     """The request kills processes: root and the agent's own user are admins on the
     host, anyone else only if the deployment's admins table says so."""
-    from tpuq.agent.localapi import LocalApi
+    from tpuq.agent.local.api import LocalApi
     from tpuq.settings import Settings
     from tpuq.state.db import Database
 

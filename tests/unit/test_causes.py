@@ -3,7 +3,7 @@ record (one classifier for /metrics and the timeline)."""
 
 from __future__ import annotations
 
-from tpuq.agent.metadata import Notice, NoticeKind
+from tpuq.agent.gce.metadata import Notice, NoticeKind
 from tpuq.state.aggregates import cause
 from tpuq.state.attempts import Ending, effective_ending
 from tpuq.state.states import Outcome

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tpuq import checkpoints
-from tpuq.agent.workdirs import WorkDirs
+from tpuq.agent.attempts.workdirs import WorkDirs
 from tpuq.settings import Settings, SettingsError, load
 
 INSTANCE = "0a1b2c3d4e5f67"  # a database's random id (only its first 12 are used)

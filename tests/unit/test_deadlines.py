@@ -1,10 +1,10 @@
-"""The supervisor's decisions (agent/deadlines.py), driven by a fake clock."""
+"""The supervisor's decisions (agent/attempts/deadlines.py), driven by a fake clock."""
 
 from __future__ import annotations
 
 import pytest
 
-from tpuq.agent.deadlines import AttemptDeadlines, Due, Verdict
+from tpuq.agent.attempts.deadlines import AttemptDeadlines, Due, Verdict
 
 
 def deadlines(**kw: float | None) -> AttemptDeadlines:

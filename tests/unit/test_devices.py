@@ -4,7 +4,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tpuq.agent.devices import (
+from tpuq.agent.tpu.devices import (
     Chip,
     detect_tpu_type,
     discover_chips,

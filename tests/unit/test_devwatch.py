@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tpuq.agent.devwatch import DeviceWatch
+from tpuq.agent.tpu.devwatch import DeviceWatch
 
 HOLD = "import sys\nf = open(sys.argv[1])\nprint('ready', flush=True)\nsys.stdin.read()\n"
 

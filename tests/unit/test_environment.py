@@ -278,3 +278,15 @@ def test_bounds_come_from_the_hosts_generation_and_say_their_source() -> None:
     assert {g for g, _ in TABLE} >= {"v4", "v5litepod", "v5p", "v6e", "tpu7x"}
     assert {(g, n) for g, n in TABLE if g in ("v5litepod", "v6e")} >= {
         ("v5litepod", 4), ("v5litepod", 8), ("v6e", 4), ("v6e", 8)}
+
+
+def test_a_slice_jobs_task_is_told_its_seat() -> None:
+    """A slice job's task: its worker, the slice's workers (its row's count before the
+    type's) and the slice, from the one Seat its agent was given."""
+    from tpuq.shapes import Seat
+
+    e = env(gang=Seat("pod-a", 2, "v4-32"), coordinator_port=8476)
+    assert (e[jobenv.WORKER_ID], e[jobenv.NUM_WORKERS], e[jobenv.SLICE]) == ("2", "4", "pod-a")
+    assert e[jobenv.COORDINATOR_PORT] == "8476"
+    e = env(gang=Seat("pod-b", 1, "", hosts=2))
+    assert (e[jobenv.WORKER_ID], e[jobenv.NUM_WORKERS], e[jobenv.SLICE]) == ("1", "2", "pod-b")

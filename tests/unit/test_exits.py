@@ -150,7 +150,7 @@ def test_read_tail_missing_or_undecodable(tmp_path: Path) -> None:
 
 
 def test_an_end_under_a_platform_notice_is_a_preemption_whatever_the_exit() -> None:
-    from tpuq.agent.outcome import under_notice
+    from tpuq.agent.attempts.outcome import under_notice
     from tpuq.state.attempts import Ending
     from tpuq.state.states import Outcome
 

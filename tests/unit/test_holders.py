@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tpuq.agent import holders
-from tpuq.agent.devices import discover_chips, host_device_paths
-from tpuq.agent.holders import (
+from tpuq.agent.tpu import holders
+from tpuq.agent.tpu.devices import discover_chips, host_device_paths
+from tpuq.agent.tpu.holders import (
     ProcInfo,
     describe,
     find_attempt_processes,

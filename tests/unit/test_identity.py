@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tpuq.agent.identity import in_dir, private_dir
+from tpuq.agent.attempts.identity import in_dir, private_dir
 
 
 def test_a_directory_of_the_agents_own_is_private(tmp_path: Path) -> None:

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from tests.harness import wait_for
-from tpuq.agent import keepers
-from tpuq.agent.keeper import Launch, clock
-from tpuq.agent.keepers import KeeperGone, KeeperLink, KeeperServer
+from tpuq.agent.keeper.link import KeeperGone, KeeperLink, KeeperServer, adopt, live_keepers
+from tpuq.agent.keeper.messages import Collected, Ended, FromKeeper, Launch, Lease, Started, Status, Stop
+from tpuq.agent.keeper.process import clock
 
 
 class Server(KeeperServer):
@@ -29,9 +29,11 @@ class Server(KeeperServer):
         super().__init__(run_dir)
         self.keepers: list[int] = []
 
-    def launch(self, launch: Launch) -> tuple[KeeperLink, dict[str, Any]]:
+    def launch(self, launch: Launch) -> tuple[KeeperLink, FromKeeper]:
         link, first = super().launch(launch)
-        self.keepers.append(first["keeper_pid"])
+        assert isinstance(first, (Started, Ended))
+        assert first.keeper_pid is not None
+        self.keepers.append(first.keeper_pid)
         return link, first
 
 
@@ -46,7 +48,7 @@ def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
         srv.stop()
         for pid in srv.keepers:  # keepers outlive their server: by pid, each we started
             try:
-                if "tpuq.agent.keeper" in Path(f"/proc/{pid}/cmdline").read_text():
+                if "tpuq.agent.keeper.process" in Path(f"/proc/{pid}/cmdline").read_text():
                     os.kill(pid, signal.SIGKILL)
             except (OSError, ProcessLookupError):
                 pass
@@ -61,23 +63,23 @@ def launch(tmp_path: Path, code: str, **kw: Any) -> Launch:
     return replace(base, **kw)
 
 
-def until_ended(link: KeeperLink, timeout: float = 30.0) -> dict[str, Any]:
+def until_ended(link: KeeperLink, timeout: float = 30.0) -> Ended:
     while True:
         msg = link.wait_event(timeout)
-        if msg["event"] == "ended":
+        if isinstance(msg, Ended):
             return msg
 
 
 def test_a_job_runs_under_its_keeper_and_its_end_is_known_exactly(server, tmp_path):
     link, first = server.launch(launch(tmp_path, "print('hello'); raise SystemExit(3)"))
-    assert first["event"] == "started" and first["pid"] > 0
+    assert isinstance(first, Started) and first.pid > 0
     ended = until_ended(link)
-    assert (ended["code"], ended["signal"], ended["fenced"]) == (3, None, False)
-    assert ended["signalled"] is False, "it ended by itself"
+    assert (ended.code, ended.signal, ended.fenced) == (3, None, False)
+    assert ended.signalled is False, "it ended by itself"
     assert (tmp_path / "logs" / "1.log").read_text() == "hello\n"
     written = json.loads((tmp_path / "logs" / "1.log.exit").read_text())
     assert written["code"] == 3 and written["job_id"] == 1
-    link.send(op="collected")
+    link.send(Collected())
 
 
 def test_an_unrenewed_lease_stops_the_job_before_it_can_run_out(server, tmp_path):
@@ -88,7 +90,7 @@ def test_an_unrenewed_lease_stops_the_job_before_it_can_run_out(server, tmp_path
     link, _ = server.launch(la)
     ended = until_ended(link)
     assert clock() < la.lease_until, "killed before the lease could expire unrenewed"
-    assert ended["fenced"] and ended["signal"] == 9
+    assert ended.fenced and ended.signal == 9
     assert "saving" in (tmp_path / "logs" / "1.log").read_text(), "the stop signal came first"
 
 
@@ -96,14 +98,14 @@ def test_renewals_keep_the_job_running(server, tmp_path):
     la = launch(tmp_path, "import time; time.sleep(2.5)", lease_until=clock() + 1.5, lease_s=1.5)
     link, _ = server.launch(la)
     while True:
-        link.send(op="lease", until=clock() + 1.5)
+        link.send(Lease(until=clock() + 1.5))
         try:
             msg = link.wait_event(0.3)
         except KeeperGone:
             continue
-        if msg["event"] == "ended":
+        if isinstance(msg, Ended):
             break
-    assert (msg["code"], msg["fenced"]) == (0, False)
+    assert (msg.code, msg.fenced) == (0, False)
 
 
 def test_a_stop_signals_the_group_then_kills_it_after_the_grace(server, tmp_path):
@@ -116,10 +118,10 @@ def test_a_stop_signals_the_group_then_kills_it_after_the_grace(server, tmp_path
     log = tmp_path / "logs" / "1.log"
     wait_for(lambda: "ready" in log.read_text(), 30, "the job to be ready")
     started = clock()
-    link.send(op="stop", signal="SIGTERM", grace=1.0)
+    link.send(Stop(signal="SIGTERM", grace=1.0))
     ended = until_ended(link)
-    assert ended["signal"] == 9 and 1.0 <= clock() - started < 10
-    assert "term" in log.read_text() and ended["signalled"] is True
+    assert ended.signal == 9 and 1.0 <= clock() - started < 10
+    assert "term" in log.read_text() and ended.signalled is True
 
 
 def test_output_over_the_cap_is_dropped_said_so_and_its_tail_kept(server, tmp_path):
@@ -132,7 +134,7 @@ def test_output_over_the_cap_is_dropped_said_so_and_its_tail_kept(server, tmp_pa
     text = (tmp_path / "logs" / "1.log").read_text()
     assert len(text) < 100_000 + 70 * 1024 + 1000, "at most the cap and the kept tail"
     assert "reached TPUQ_LOG_MAX_BYTES (100000 bytes)" in text
-    assert f"{ended['dropped']} bytes of output were dropped" in text
+    assert f"{ended.dropped} bytes of output were dropped" in text
     assert text.rstrip().endswith("the very end") and text.startswith("000000x")
 
 
@@ -142,14 +144,15 @@ def test_a_keeper_outlives_its_agent_and_a_new_one_adopts_it(server, tmp_path):
     link, first = server.launch(launch(tmp_path, code))
     link.close()  # the agent dies
     server.stop()  # and the server that forked the keeper
-    assert keepers.live_keepers(str(tmp_path / "run")) == [(1, 1)]
-    adopted = keepers.adopt(str(tmp_path / "run"), 1, 1)
+    assert live_keepers(str(tmp_path / "run")) == [(1, 1)]
+    adopted = adopt(str(tmp_path / "run"), 1, 1)
     assert adopted is not None
     link, status = adopted
-    assert status["event"] == "status" and status["pid"] == first["pid"] and not status["ended"]
+    assert isinstance(status, Status) and isinstance(first, Started)
+    assert status.pid == first.pid and not status.ended
     gate.touch()
-    assert until_ended(link)["code"] == 0
-    link.send(op="collected")
+    assert until_ended(link).code == 0
+    link.send(Collected())
 
 
 def test_a_chip_locked_by_someone_else_is_a_host_error(server, tmp_path):
@@ -159,8 +162,8 @@ def test_a_chip_locked_by_someone_else_is_a_host_error(server, tmp_path):
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
         link, first = server.launch(launch(tmp_path, "print('never')", chip_locks=[str(lock)]))
-        assert first["event"] == "ended" and first["host_error"]
-        assert "chip0.lock is locked by another process" in first["error"]
+        assert isinstance(first, Ended) and first.host_error
+        assert "chip0.lock is locked by another process" in (first.error or "")
     finally:
         os.close(fd)
 
@@ -196,7 +199,7 @@ def test_the_keeper_server_and_its_spares_exit_when_their_agent_is_killed(tmp_pa
     agent = subprocess.Popen(
         [sys.executable, "-c",
          "import sys, time\n"
-         "from tpuq.agent.keepers import KeeperServer\n"
+         "from tpuq.agent.keeper.link import KeeperServer\n"
          "s = KeeperServer(sys.argv[1]).start()\n"
          "print(s.proc.pid, flush=True)\n"
          "time.sleep(600)\n", str(tmp_path / "run")],

@@ -7,7 +7,7 @@ import os
 import socket
 from pathlib import Path
 
-from tpuq.agent.keeper import SUN_PATH, _listen, keeper_socket, unix_call
+from tpuq.agent.keeper.process import SUN_PATH, _listen, keeper_socket, unix_call
 
 
 def test_a_keeper_socket_past_the_address_limit_binds_and_is_reached(tmp_path: Path):

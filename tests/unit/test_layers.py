@@ -1,7 +1,7 @@
 """The package's layers point one way and no module imports itself back.
 
 cli -> pod -> client -> agent -> web -> api -> queue -> scheduler -> fleet -> state -> leaf modules
-(LAYERS).
+(LAYERS). Inside the agent, its TPU and GCE groups stand below the rest (AGENT_BASE).
 Every import counts,
 also those under TYPE_CHECKING and those inside functions (lazy imports keep the CLI
 fast; they still tie modules together).
@@ -83,6 +83,39 @@ def test_every_import_points_down_or_sideways() -> None:
              for m, deps in graph().items() for dep in deps
              if layer(dep) > layer(m) and not dep == "tpuq"]
     assert not wrong, "\n".join(sorted(wrong))
+
+
+# Inside the agent: what the host's TPU is and who holds it, and what GCE says of the host,
+# stand on their own. They import, of the agent, only each other and its shared error and
+# exit vocabulary; never the attempt machinery, the keeper, the socket or the daemon.
+AGENT_BASE = ("tpuq.agent.tpu", "tpuq.agent.gce")
+AGENT_SHARED = ("tpuq.agent", "tpuq.agent.errors", "tpuq.agent.exits")
+
+
+def _within(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def agent_base_breaches(g: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{m} imports {dep}" for m, deps in g.items() if _within(m, AGENT_BASE)
+                  for dep in deps if _within(dep, ("tpuq.agent",))
+                  and not _within(dep, AGENT_BASE) and dep not in AGENT_SHARED)
+
+
+def test_the_agents_tpu_and_gce_groups_import_no_attempt_keeper_or_socket_module() -> None:
+    breaches = agent_base_breaches(graph())
+    assert not breaches, "\n".join(breaches)
+
+
+def test_the_agent_group_rule_catches_a_breach() -> None:
+    g = {"tpuq.agent.tpu.holders": {"tpuq.agent.attempts.outcome", "tpuq.agent.errors"},
+         "tpuq.agent.gce.notices": {"tpuq.agent.local.server", "tpuq.agent.gce.metadata"},
+         "tpuq.agent.gce.topology": {"tpuq.agent.main", "tpuq.agent.tpu.devices"},
+         "tpuq.agent.attempts.gang": {"tpuq.agent.keeper.link"}}
+    assert agent_base_breaches(g) == [
+        "tpuq.agent.gce.notices imports tpuq.agent.local.server",
+        "tpuq.agent.gce.topology imports tpuq.agent.main",
+        "tpuq.agent.tpu.holders imports tpuq.agent.attempts.outcome"]
 
 
 def test_no_import_cycles() -> None:

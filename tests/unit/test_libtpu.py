@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tpuq.agent.libtpu import clean_stale_lock, trim_tpu_logs
+from tpuq.agent.tpu.libtpu import clean_stale_lock, trim_tpu_logs
 
 # Takes libtpu's kind of lock (lockf F_TLOCK) and holds it until stdin closes.
 LOCK = (
@@ -165,7 +165,7 @@ def test_trim_within_budget_keeps_everything(tmp_path: Path) -> None:
 def test_trim_unlinks_nothing_outside_when_a_listed_dir_becomes_a_symlink(tmp_path: Path) -> None:
     """Jobs can write the log dir: a directory swapped for a symlink between the listing
     and the unlinking must not make the agent delete the same names elsewhere."""
-    from tpuq.agent.libtpu import _log_files, _unlink_listed
+    from tpuq.agent.tpu.libtpu import _log_files, _unlink_listed
 
     logs, outside = tmp_path / "tpu_logs", tmp_path / "etc"
     _log(logs / "sub" / "passwd", 10, age_s=8 * 86400)
@@ -180,7 +180,7 @@ def test_trim_unlinks_nothing_outside_when_a_listed_dir_becomes_a_symlink(tmp_pa
 
 
 def test_shared_log_dir_is_the_agents_own_and_sticky(tmp_path: Path) -> None:
-    from tpuq.agent.libtpu import share_log_dir
+    from tpuq.agent.tpu.libtpu import share_log_dir
 
     d = tmp_path / "tpu_logs"
     share_log_dir(str(d))
@@ -190,7 +190,7 @@ def test_shared_log_dir_is_the_agents_own_and_sticky(tmp_path: Path) -> None:
 
 
 def test_a_symlink_where_the_log_dir_goes_is_moved_aside_untouched(tmp_path: Path) -> None:
-    from tpuq.agent.libtpu import share_log_dir
+    from tpuq.agent.tpu.libtpu import share_log_dir
 
     target = tmp_path / "etc"
     target.mkdir(mode=0o755)
@@ -205,7 +205,7 @@ def test_a_symlink_where_the_log_dir_goes_is_moved_aside_untouched(tmp_path: Pat
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
 def test_another_users_log_dir_is_moved_aside_not_adopted(tmp_path: Path) -> None:
-    from tpuq.agent.libtpu import share_log_dir
+    from tpuq.agent.tpu.libtpu import share_log_dir
 
     d = tmp_path / "tpu_logs"
     d.mkdir()

@@ -13,7 +13,7 @@ import pytest
 
 from tests.harness import wait_for
 from tpuq import localclient, protocol
-from tpuq.agent import localsock
+from tpuq.agent.local.server import MAX_REQUEST, LocalSocketServer
 
 
 def echo(req: protocol.Request, uid: int) -> protocol.Reply:
@@ -24,7 +24,7 @@ def echo(req: protocol.Request, uid: int) -> protocol.Reply:
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[str]:
     path = str(tmp_path / "agent.sock")
-    srv = localsock.LocalSocketServer(path, echo).start()
+    srv = LocalSocketServer(path, echo).start()
     try:
         yield path
     finally:
@@ -56,14 +56,14 @@ def test_an_oversized_request_is_read_to_its_end_and_refused_naming_the_limit(se
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(30)
         s.connect(server)
-        s.sendall(b" " * (4 * localsock.MAX_REQUEST))  # no broken pipe: the agent reads on
+        s.sendall(b" " * (4 * MAX_REQUEST))  # no broken pipe: the agent reads on
         s.shutdown(socket.SHUT_WR)
         data = b""
         while chunk := s.recv(65536):
             data += chunk
     reply = json.loads(data)
     assert reply["reply"] == "refusal" and reply["kind"] == "bad_request"
-    assert f"request over {localsock.MAX_REQUEST} bytes" in reply["error"]
+    assert f"request over {MAX_REQUEST} bytes" in reply["error"]
     assert isinstance(localclient.call(server, protocol.Ping()), protocol.Pong)
 
 
@@ -80,7 +80,7 @@ def test_a_reply_of_any_size_comes_whole(tmp_path):
         return protocol.JobList(jobs=jobs, now=1.0)
 
     path = str(tmp_path / "agent.sock")
-    srv = localsock.LocalSocketServer(path, listing).start()
+    srv = LocalSocketServer(path, listing).start()
     try:
         assert localclient.call(path, protocol.ListJobs()) == protocol.JobList(jobs=jobs,
                                                                                now=1.0)
@@ -104,7 +104,7 @@ def idle_clients(path: str, n: int) -> list[socket.socket]:
 def test_with_every_slot_taken_the_next_client_is_told_busy(tmp_path, connections, per_user,
                                                              says):
     path = str(tmp_path / "agent.sock")
-    srv = localsock.LocalSocketServer(path, echo, connections=connections,
+    srv = LocalSocketServer(path, echo, connections=connections,
                                       per_user=per_user).start()
     idle = idle_clients(path, 3)
     try:
@@ -137,6 +137,6 @@ def test_garbage_and_non_objects_get_an_error_reply(server):
 
 
 def test_a_client_that_never_finishes_is_cut_off(server, monkeypatch):
-    monkeypatch.setattr(localsock, "READ_TIMEOUT_S", 0.2)
+    monkeypatch.setattr("tpuq.agent.local.server.READ_TIMEOUT_S", 0.2)
     reply = raw_call(server, b'{"op": "pi', shut=False)  # never shuts down writing
     assert reply["kind"] == "bad_request" and "timed out" in reply["error"]

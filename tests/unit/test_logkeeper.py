@@ -1,11 +1,11 @@
-"""What the log keeper takes for one attempt's files (tpuq/agent/logkeeper.py)."""
+"""What the log keeper takes for one attempt's files (tpuq/agent/duties/logkeeper.py)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from tpuq.agent.logkeeper import scan
+from tpuq.agent.duties.logkeeper import scan
 
 
 def test_an_attempts_log_and_what_lies_beside_it_are_one(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.metadata_server import NO_NOTIFICATIONS_BODY, FakeMetadata, Reply, etag_of
-from tpuq.agent.metadata import (
+from tpuq.agent.gce.metadata import (
     MaintenanceWatcher,
     Notice,
     NoticeKind,
@@ -252,7 +252,7 @@ def test_the_watcher_asks_for_json_and_keeps_its_word_over_an_unreadable_answer(
     md.set(key, WINDOW)
     assert notices.next() == SAID
     assert any("upcoming-maintenance?alt=json" in p for p in md.requests)
-    with caplog.at_level(logging.WARNING, logger="tpuq.agent.metadata"):
+    with caplog.at_level(logging.WARNING, logger="tpuq.agent.gce.metadata"):
         md.set(key, Reply(200, "<html>proxy error</html>"))
         wait = time.monotonic() + WAIT_S
         while "keeping what it said" not in caplog.text and time.monotonic() < wait:
@@ -319,7 +319,7 @@ def test_unreachable_server_does_not_crash() -> None:
             if "retry" in record.getMessage():
                 retried.set()
 
-    logger = logging.getLogger("tpuq.agent.metadata")
+    logger = logging.getLogger("tpuq.agent.gce.metadata")
     handler, old_level = OnRetry(), logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG)

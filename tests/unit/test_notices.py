@@ -10,8 +10,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from tpuq.agent.metadata import Notice, NoticeKind, Source
-from tpuq.agent.notices import NoticePolicy
+from tpuq.agent.gce.metadata import Notice, NoticeKind, Source
+from tpuq.agent.gce.notices import NoticePolicy
 
 T0 = 1_900_000_000.0  # epoch seconds, 2030-03-17
 LEAD_S = 300.0

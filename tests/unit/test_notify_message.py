@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tpuq.agent.notifier import message, scheme
+from tpuq.agent.duties.notifier import message, scheme
 from tpuq.spec import SpecError, notify_fields
 
 

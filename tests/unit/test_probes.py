@@ -3,7 +3,7 @@ scheduler then offers."""
 
 from __future__ import annotations
 
-from tpuq.agent.probes import Result, command_of, unprobed, withheld
+from tpuq.agent.tpu.probes import Result, command_of, unprobed, withheld
 from tpuq.scheduler.hostpool import WHOLE, Pool
 from tpuq.scheduler.views import HostView
 from tpuq.shapes import shapes_of

@@ -9,8 +9,8 @@ import json
 import os
 from pathlib import Path
 
-from tpuq.agent.outcome import PROGRESS_TAIL, Progress
-from tpuq.agent.outcome import last_progress as _last_progress
+from tpuq.agent.attempts.outcome import PROGRESS_TAIL, Progress
+from tpuq.agent.attempts.outcome import last_progress as _last_progress
 
 
 def line(step: int, t: float = 1.5) -> str:
@@ -56,7 +56,7 @@ def test_a_symlink_or_a_fifo_is_not_followed(tmp_path: Path) -> None:
 
 
 def test_an_eta_comes_from_the_rate_of_the_reports_in_the_tail() -> None:
-    from tpuq.agent.outcome import progress_of
+    from tpuq.agent.attempts.outcome import progress_of
 
     assert progress_of([]) is None
     assert progress_of([(5, 100.0, None)]) == Progress(5, 100.0)
@@ -81,7 +81,7 @@ def test_numbers_out_of_range_are_skipped(tmp_path: Path) -> None:
 
 
 def test_an_eta_beyond_reason_is_none() -> None:
-    from tpuq.agent.outcome import progress_of
+    from tpuq.agent.attempts.outcome import progress_of
 
     # one step in 1e9 s, 2**62 steps to go: an ETA of 1e27 s, not a date anyone can show
     assert progress_of([(1, 1.0, 2**62), (2, 1e9, 2**62)]) == Progress(2, 1e9, 2**62)

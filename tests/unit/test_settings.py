@@ -6,7 +6,7 @@ import pathlib
 
 import pytest
 
-from tpuq.agent import identity
+from tpuq.agent.attempts import identity
 from tpuq.settings import SettingsError, load
 
 

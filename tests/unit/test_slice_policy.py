@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from tpuq.agent.errors import AgentError, HostUnfit
-from tpuq.agent.topology import Seat, multislice_coordinator, seat_of, tpu_env_value
+from tpuq.agent.gce.topology import multislice_coordinator, seat_of, tpu_env_value
 from tpuq.scheduler.policy import HostView, JobView, TeamView, plan
 from tpuq.settings import Settings
-from tpuq.shapes import slice_hosts
+from tpuq.shapes import Seat, slice_hosts
 from tpuq.state.gangs import Member, gang_ending
 from tpuq.state.states import Outcome
 

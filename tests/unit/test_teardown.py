@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from tpuq import jobenv
-from tpuq.agent import holders
-from tpuq.agent.devices import Chip
-from tpuq.agent.executor import Executor
+from tpuq.agent.attempts.executor import Executor
+from tpuq.agent.tpu import holders
+from tpuq.agent.tpu.devices import Chip
 from tpuq.settings import Settings
 from tpuq.state import hosts
 from tpuq.state.db import Database

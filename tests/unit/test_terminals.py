@@ -1,4 +1,4 @@
-"""Sessions' terminals on their way to their start (agent/terminals.py): one per session,
+"""Sessions' terminals on their way to their start (agent/local/terminals.py): one per session,
 a few per person, each kept or closed, never leaked."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from tpuq.agent.terminals import MAX_PER_UID, Refused, Terminals, check_terminal
+from tpuq.agent.local.terminals import MAX_PER_UID, Refused, Terminals, check_terminal
 
 
 def fd_open(fd: int) -> bool:

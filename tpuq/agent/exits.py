@@ -2,7 +2,7 @@
 
 The patterns must match what libtpu and JAX really print; each names its source (and
 docs/tpu-facts.md lists them). They only read the output: whether a failure is the
-host's (a holder of the chips) or the job's is decided in outcome.py.
+host's (a holder of the chips) or the job's is decided in attempts/outcome.py.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def from_returncode(rc: int) -> Exit:
 # One per "TPU busy" message in docs/tpu-facts.md. Device names are generalised (accel or
 # vfio, any index) because the same failure names whichever chip was busy. A busy
 # message alone is not "busy": the agent counts it as a host problem only when a scan
-# then finds a holder of the chips (outcome.py).
+# then finds a holder of the chips (attempts/outcome.py).
 _DEVICE = r"/dev/(?:accel\d+|vfio/\d+)"
 BUSY_TPU_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
     re.compile(p)

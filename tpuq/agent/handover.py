@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import logging
 
-from tpuq.agent import keepers
-from tpuq.agent.attempt import AttemptSpec
-from tpuq.agent.executor import Executor
+from tpuq.agent.attempts.executor import Executor
+from tpuq.agent.attempts.spec import AttemptSpec
+from tpuq.agent.keeper.link import adopt, clock
+from tpuq.agent.keeper.messages import Lease
 from tpuq.state import attempts, hosts
 
 log = logging.getLogger("tpuq.agent")
@@ -45,7 +46,7 @@ def hand_over(executor: Executor, held: hosts.Held, handover_s: float) -> None:
 
 def _extend(executor: Executor, spec: AttemptSpec, handover_s: float) -> None:
     """One job's lease, `handover_s` from now: the database's, then its keeper's."""
-    asked = keepers.clock()
+    asked = clock()
     try:
         with executor.db.write() as s:
             lease = attempts.renew(s, spec.job_id, spec.attempt, executor.name, handover_s)
@@ -53,9 +54,9 @@ def _extend(executor: Executor, spec: AttemptSpec, handover_s: float) -> None:
         log.warning("job %s: lease not extended for the hand-over: %s", spec.job_id,
                     str(e).splitlines()[0])
         return
-    found = keepers.adopt(executor.keepers.run_dir, spec.job_id, spec.attempt) \
+    found = adopt(executor.keepers.run_dir, spec.job_id, spec.attempt) \
         if lease.held else None
     if found is not None:
         link, _ = found
-        link.send(op="lease", until=asked + handover_s)
+        link.send(Lease(until=asked + handover_s))
         link.close()

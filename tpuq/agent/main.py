@@ -2,8 +2,8 @@
 
 The pieces, each in a module named for it: the executor (assigned attempts -> supervised
 processes), the scheduler pass and reaper (whichever agent holds the leader lease),
-tickers for heartbeat and recovery, the local socket and its API (localapi.py), the
-metadata watcher and its notice policy (notices.py), start-up recovery (recovery.py),
+tickers for heartbeat and recovery, the local socket and its API (local/api.py), the
+metadata watcher and its notice policy (gce/notices.py), start-up recovery (recovery.py),
 signals (signals.py) and the pid lock (pidlock.py).
 """
 
@@ -18,20 +18,23 @@ from pathlib import Path
 from typing import Any
 
 from tpuq import announce, checkpoints, jobenv, localclient
-from tpuq.agent import devices, handover, identity, libtpu, pidlock, recovery, topology
+from tpuq.agent import handover, pidlock, recovery
+from tpuq.agent.attempts import identity
+from tpuq.agent.attempts.executor import Executor
+from tpuq.agent.duties.logkeeper import LogKeeper
+from tpuq.agent.duties.notifier import Notifier
+from tpuq.agent.duties.tickers import Ticker
 from tpuq.agent.errors import AgentError, HostUnfit
-from tpuq.agent.executor import Executor
-from tpuq.agent.localapi import LocalApi
-from tpuq.agent.localsock import LocalSocketServer
-from tpuq.agent.logkeeper import LogKeeper
-from tpuq.agent.metadata import MaintenanceWatcher, preempted_now, read_topology
-from tpuq.agent.notices import NoticePolicy
-from tpuq.agent.notifier import Notifier
-from tpuq.agent.probes import HostShapes
+from tpuq.agent.gce import topology
+from tpuq.agent.gce.metadata import MaintenanceWatcher, preempted_now, read_topology
+from tpuq.agent.gce.notices import NoticePolicy
+from tpuq.agent.local.api import LocalApi
+from tpuq.agent.local.server import LocalSocketServer
 from tpuq.agent.reserve import Reserve
 from tpuq.agent.signals import StopSignals
 from tpuq.agent.teamlink import TeamLink
-from tpuq.agent.tickers import Ticker
+from tpuq.agent.tpu import devices, libtpu
+from tpuq.agent.tpu.probes import HostShapes
 from tpuq.scheduler.passes import Scheduler
 from tpuq.scheduler.reaper import Reaper
 from tpuq.settings import Settings
@@ -267,8 +270,7 @@ class Agent:
                     s, self.held, self.home, tpu_type=self.tpu_type,
                     chips=[c.index for c in self.chips], boot_id=self.boot_id,
                     agent_pid=os.getpid(), stale_s=self.settings.host_stale_s,
-                    seat=(self.seat.slice, self.seat.worker, self.seat.tpu_type)
-                    if self.seat else None, unavailable=self.shapes.initial(),
+                    seat=self.seat, unavailable=self.shapes.initial(),
                     checkpoint_root=self.settings.checkpoint_root)
         except hosts.NameTaken as e:
             raise AgentError(str(e)) from None
@@ -387,7 +389,7 @@ class Agent:
         self.preempt_all(f"host notice: {notices}")
 
     def _offer(self, unavailable: dict[str, str] | None) -> None:
-        """The shapes this host does not offer (probes.py), on its row; then schedule."""
+        """The shapes this host does not offer (tpu/probes.py), on its row; then schedule."""
         with self.db.write() as s:
             self.held.set_unavailable(s, unavailable)
         self.wake_scheduler()

@@ -18,9 +18,12 @@ import logging
 import time
 from typing import Any
 
-from tpuq.agent import holders, keepers, libtpu, outcome
-from tpuq.agent.attempt import AttemptSpec
-from tpuq.agent.executor import Executor
+from tpuq.agent.attempts import outcome
+from tpuq.agent.attempts.executor import Executor
+from tpuq.agent.attempts.spec import AttemptSpec
+from tpuq.agent.keeper.link import KeeperGone, adopt, clock, live_keepers
+from tpuq.agent.keeper.messages import Collected, Ended, Kill, Status
+from tpuq.agent.tpu import holders, libtpu
 from tpuq.state import attempts, gangs, queries
 from tpuq.state.attempts import Ending
 from tpuq.state.states import Outcome
@@ -39,7 +42,7 @@ def recover(executor: Executor, boot_id: str) -> None:
     for job, att in active:
         key = (job.id, att.number)
         if att.boot_id == boot_id:
-            found = keepers.adopt(executor.keepers.run_dir, *key)
+            found = adopt(executor.keepers.run_dir, *key)
             if found is not None:
                 executor.supervise(_spec(job, att, now), adopted=found)
                 adopted.add(key)
@@ -100,32 +103,32 @@ def _end_gang_tasks(executor: Executor) -> None:
 def _spec(job: Any, att: Any, now: float) -> AttemptSpec:
     """The attempt as the supervisor needs it, from the database (adoption)."""
     return AttemptSpec.of(job, job.id, att.number, chips=tuple(att.chips),
-                          lease_until=keepers.clock(),  # renewed at once on adoption
+                          lease_until=clock(),  # renewed at once on adoption
                           elapsed_s=max(0.0, now - (att.started_at or now)),
                           started_over=att.started_over)
 
 
 def _stop_strays(executor: Executor, adopted: set[tuple[int, int]]) -> None:
     """Keepers of attempts that are no longer this host's: their jobs must not run on."""
-    for key in keepers.live_keepers(executor.keepers.run_dir):
+    for key in live_keepers(executor.keepers.run_dir):
         if key in adopted:
             continue
-        found = keepers.adopt(executor.keepers.run_dir, *key)
+        found = adopt(executor.keepers.run_dir, *key)
         if found is None:
             continue
         link, status = found
-        if status.get("ended") is None:
+        if not isinstance(status, Status) or status.ended is None:
             log.warning("job %s attempt %s is no longer this host's: killing it", *key)
-            link.send(op="kill")
+            link.send(Kill())
             deadline = time.monotonic() + 10.0
             while time.monotonic() < deadline:
                 try:
-                    if any(m.get("event") == "ended" for m in link.events()):
+                    if any(isinstance(m, Ended) for m in link.events()):
                         break
-                except keepers.KeeperGone:
+                except KeeperGone:
                     break
                 time.sleep(0.05)
-        link.send(op="collected")
+        link.send(Collected())
         link.close()
 
 

@@ -9,8 +9,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from tpuq.agent.executor import Executor
-from tpuq.agent.tickers import Ticker
+from tpuq.agent.attempts.executor import Executor
+from tpuq.agent.duties.tickers import Ticker
 from tpuq.settings import Settings
 from tpuq.state.db import Database
 

@@ -1,7 +1,7 @@
 """What a caller may ask of tpuq: one handler per request (tpuq/protocol.py), each
 authorized for the caller, all over the same state functions.
 
-The agent serves these on its socket (agent/localapi.py) for callers the kernel names;
+The agent serves these on its socket (agent/local/api.py) for callers the kernel names;
 the client (tpuq/client.py) runs them in its own process when no agent of its
 deployment answers, as a caller the database names.
 

@@ -254,7 +254,7 @@ def clean(hosts: str | None, listed_only: bool, user: str | None, key: str | Non
 
 
 def clean_local(agent_env: str, as_json: bool) -> None:
-    from tpuq.agent.cleanup import CleanReport
+    from tpuq.agent.tpu.cleanup import CleanReport
     from tpuq.pod.clean import CleanError, clean_here, local_settings
 
     try:

@@ -3,7 +3,7 @@ runs CMD on this terminal (a pseudo-terminal whose slave end the host's agent gi
 job); the exit status is the job's own.
 
 The agent stays the owner of the process (chips, lease, time limit, notices, accounting):
-only the terminal is handed over (tpuq/terminal.py, tpuq/agent/terminals.py).
+only the terminal is handed over (tpuq/terminal.py, tpuq/agent/local/terminals.py).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 On each worker, `tpuq pod clean --local` runs (over SSH, as root through `sudo -n` when
 the SSH user is not root). There it asks the host's agent, which knows its own attempts:
 it kills tpuq's orphans, names every other holder, and removes a stale libtpu lock only
-when nobody holds the devices (`tpuq/agent/cleanup.py`). Where no agent answers, the same
+when nobody holds the devices (`tpuq/agent/tpu/cleanup.py`). Where no agent answers, the same
 function runs in place, killing nothing: it names the processes holding `/dev/accel*` or
 `/dev/vfio/*` and removes a stale lock only if none does. Never `rm -rf`: a lock file
 removed under a live holder makes a new inode, and two processes then share the TPU.
@@ -24,7 +24,7 @@ from typing import Any
 
 from tpuq import localclient
 from tpuq import settings as settings_mod
-from tpuq.agent import cleanup
+from tpuq.agent.tpu import cleanup
 from tpuq.errors import Failure, TpuqError
 from tpuq.pod import ssh
 from tpuq.pod.hosts import Worker

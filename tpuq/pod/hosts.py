@@ -135,8 +135,8 @@ def parse_list(text: str) -> list[tuple[str, str | None, int | None]]:
 
 def parse_endpoints(raw: str) -> list[str]:
     """Worker addresses from `worker-network-endpoints`, in worker order: `name:id:ip`
-    entries or plain hostnames (agent/topology.py reads both)."""
-    from tpuq.agent.topology import endpoint_hosts
+    entries or plain hostnames (agent/gce/topology.py reads both)."""
+    from tpuq.agent.gce.topology import endpoint_hosts
 
     try:
         return endpoint_hosts(raw)
@@ -197,7 +197,7 @@ def from_option(value: str, listed_only: bool = False,
 
 def from_metadata(base_url: str, timeout_s: float = 2.0) -> Pod | None:
     """The pod as the metadata server describes it, or None where it does not answer."""
-    from tpuq.agent.metadata import read_topology
+    from tpuq.agent.gce.metadata import read_topology
 
     topo = read_topology(base_url, timeout_s=timeout_s)
     raw = topo.get("worker_network_endpoints")

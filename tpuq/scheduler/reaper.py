@@ -18,7 +18,7 @@ from tpuq.state.db import Database
 log = logging.getLogger("tpuq.scheduler")
 # An expired lease is requeued once a reaper pass this much later still finds it expired
 # (at most a third of a lease). A live host that was cut off renews within its retry
-# cap (2 s, supervisor.py) once it reaches the database again.
+# cap (2 s, agent/attempts/supervisor.py) once it reaches the database again.
 REAP_CONFIRM_S = 5.0
 
 
@@ -38,7 +38,7 @@ class Reaper:
         if not self.leads():
             self._suspects = {}
             return []
-        margin = min(1.0, self.settings.lease_s / 10)  # as a gang's worker 0's (gang.py)
+        margin = min(1.0, self.settings.lease_s / 10)  # as a gang's worker 0's (agent/attempts/gang.py)
         with self.db.read() as s:
             expired = attempts.expired_leases(s)
             stale = gangs.stale(s, margin)

@@ -40,7 +40,8 @@ JOBS = cast(Table, Job.__table__)
 ALLOCATIONS = cast(Table, Allocation.__table__)
 _ACTIVE = [s.value for s in ACTIVE]
 # the job columns a worker needs to run its task (as attempts.START_COLUMNS)
-SPEC_COLUMNS = tuple(JOBS.c[n] for n in (*attempts.RUN_FIELDS, "workers", "host", "state"))
+SPEC_COLUMNS = tuple(JOBS.c[n] for n in (*attempts.RUN_FIELDS, "workers", "host", "state",
+                                          "tpu_type"))
 
 
 def assign(s: Session, job_id: int, attempt_now: int, slice_name: str,

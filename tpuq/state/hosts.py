@@ -3,7 +3,7 @@
 A host name is held by one agent at a time. Its row names that agent's machine and
 state directory (`AgentHome`); an agent refuses a name that a live agent elsewhere holds,
 and takes over one whose agent is gone (stopped, or silent past `TPUQ_HOST_STALE_S`).
-("Holder" is kept for what holds the TPU: a process, agent/holders.py.)
+("Holder" is kept for what holds the TPU: a process, agent/tpu/holders.py.)
 After registration every write of the row goes through `Held`, which names the agent's
 instance: an agent that lost its name (frozen past the stale limit and taken over, or
 forgotten by an admin) changes nothing and learns so on its next heartbeat.
@@ -20,6 +20,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from tpuq.errors import Failure, TpuqError
+from tpuq.shapes import Seat
 from tpuq.state.clock import db_now
 from tpuq.state.db import SCHEMA_HEAD, rows_changed
 from tpuq.state.models import Host, Meta
@@ -176,7 +177,7 @@ def _alive(row: Host, now: float, stale_s: float) -> bool:
 
 def register(s: Session, held: Held, home: AgentHome, *, tpu_type: str | None,
              chips: Sequence[int], boot_id: str, agent_pid: int, stale_s: float,
-             seat: tuple[str, int, str] | None = None,
+             seat: Seat | None = None,
              unavailable: dict[str, str] | None = None,
              checkpoint_root: str | None = None) -> str | None:
     """Take the host name for `held.instance` at agent start and describe the host.
@@ -192,9 +193,10 @@ def register(s: Session, held: Held, home: AgentHome, *, tpu_type: str | None,
               "machine_id": home.machine_id, "home": home.home,
               "agent_instance": held.instance, "lost_reason": None,
               "code_revision": SCHEMA_HEAD,
-              # (slice, worker, slice type) of a multi-host slice's worker
-              "slice_name": seat[0] if seat else None, "slice_worker": seat[1] if seat else None,
-              "slice_type": seat[2] if seat else None, "unavailable": unavailable or None,
+              # a multi-host slice's worker: its place in the slice
+              "slice_name": seat.slice if seat else None,
+              "slice_worker": seat.worker if seat else None,
+              "slice_type": seat.tpu_type if seat else None, "unavailable": unavailable or None,
               "checkpoint_root": checkpoint_root or None, "handover_until": None}
     mod = postgresql if s.get_bind().dialect.name == "postgresql" else sqlite
     inserted = s.execute(mod.insert(Host).values(**values, draining=False)

@@ -1,5 +1,5 @@
 """What each owner's job logs take, place by place, beside the budget they are held to:
-written by each agent's log keeper (agent/logkeeper.py), read by `tpuq submit`, `status`
+written by each agent's log keeper (agent/duties/logkeeper.py), read by `tpuq submit`, `status`
 and `show` to say who is over budget."""
 
 from __future__ import annotations

@@ -117,7 +117,7 @@ class Attempt(Base):
     log_path: Mapped[str | None] = mapped_column(Text)
     checkpoint_step: Mapped[int | None] = mapped_column(BigInteger)
     checkpoint_at: Mapped[float | None] = mapped_column(Double)
-    # the total the job gave with that step, and when it should reach it (agent/outcome.py)
+    # the total the job gave with that step, and when it should reach it (agent/attempts/outcome.py)
     checkpoint_total: Mapped[int | None] = mapped_column(BigInteger)
     eta_at: Mapped[float | None] = mapped_column(Double)
     # the newest migration of the code that assigned, then started, it (state/versions.py)
@@ -236,7 +236,7 @@ class GangWorker(Base):
 
 class Notification(Base):
     """The outbox: one event of a job to tell its owner of, written with the job's state
-    change, then claimed, sent and retried by an agent (agent/notifier.py)."""
+    change, then claimed, sent and retried by an agent (agent/duties/notifier.py)."""
 
     __tablename__ = "notifications"
     __table_args__ = (CheckConstraint("state IN ('pending', 'sent', 'failed', 'skipped')",

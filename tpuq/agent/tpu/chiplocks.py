@@ -25,7 +25,7 @@ def lock_paths(lock_dir: str, chips: Sequence[int]) -> list[str]:
 
 
 class ChipLocks:
-    """Held by the attempt's keeper for its whole life (keeper.py), so an agent that dies
+    """Held by the attempt's keeper for its whole life (keeper/process.py), so an agent that dies
     does not free the chips of a job that still runs."""
 
     def __init__(self, paths: Sequence[str]) -> None:

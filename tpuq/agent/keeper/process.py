@@ -18,7 +18,7 @@ job's parent is not the agent but its keeper, which
     with no agent to tell is recorded by the keeper itself.
 
 Keepers are forked ahead of need by a small single-threaded server (`python -m
-tpuq.agent.keeper`, started by the agent): a spare waits on the server's socket, takes
+tpuq.agent.keeper.process`, started by the agent): a spare waits on the server's socket, takes
 the next launch, becomes that attempt's keeper in a session of its own (the server's
 end is not its end), and the server forks another. A launch then waits for neither a
 fresh interpreter (tens of milliseconds) nor a fork. Nothing here imports
@@ -31,14 +31,13 @@ turns the caller's Ctrl-C into SIGINT for the job's foreground processes. Its ou
 then goes to the caller, not to the log; what tpuq says to the person (a time limit
 coming, a stop) the keeper writes into that terminal.
 
-Messages are JSON lines. Agent -> keeper: {"op": "lease", "until": t}, {"op": "stop",
-"signal": name, "grace": s}, {"op": "kill"}, {"op": "collected"}, {"op": "say",
-"text": t} (a session's terminal). Keeper -> agent: {"event": "started", ...},
-{"event": "ended", ...} (and "status" on connecting).
+Messages are JSON lines, each a typed value of keeper/messages.py (versioned: a keeper
+outlives its agent, so agents of another release read them).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import logging
@@ -52,12 +51,31 @@ import sys
 import termios
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any
 
 from tpuq import outputs
-from tpuq.agent.chiplocks import ChipBusy, ChipLocks
-from tpuq.agent.holders import proc_start_ticks
+from tpuq.agent.keeper.messages import (
+    Collected,
+    Ended,
+    Kill,
+    Launch,
+    Lease,
+    Message,
+    MessageError,
+    Refused,
+    Say,
+    Started,
+    Status,
+    Stop,
+    ToKeeper,
+    UnknownVersion,
+    as_dict,
+    decode_as,
+    encode,
+    to_keeper,
+)
+from tpuq.agent.tpu.chiplocks import ChipBusy, ChipLocks
+from tpuq.agent.tpu.holders import proc_start_ticks
 
 log = logging.getLogger("tpuq.keeper")
 TAIL_KEPT = 64 * 1024  # what the end of a capped log shows
@@ -93,43 +111,6 @@ def unix_call(sock: socket.socket, path: str, call: str) -> None:
         os.close(fd)
 
 
-@dataclass
-class Launch:
-    """What a keeper needs to start and keep one attempt (sent by the agent)."""
-
-    job_id: int
-    attempt: int
-    host: str
-    argv: list[str]
-    env: dict[str, str]
-    cwd: str
-    log_path: str
-    exit_path: str
-    run_dir: str
-    lease_until: float  # clock(): the job is stopped before this unless renewed
-    lease_s: float
-    grace_s: float
-    log_max_bytes: int
-    umask: int = 0o022
-    user: int | None = None
-    group: int | None = None
-    groups: list[int] = field(default_factory=list)
-    chip_locks: list[str] = field(default_factory=list)  # flock'ed for the keeper's life
-    instance: str = ""  # the database's (workdirs.py): an exit file names whose it is
-    output: str | None = None  # --output: a file of the owner's the output also goes to
-    tty: bool = False  # a session: its terminal comes with the launch (SCM_RIGHTS)
-
-    @property
-    def kill_margin_s(self) -> float:
-        """SIGKILL comes this long before the lease could expire unrenewed."""
-        return min(2.0, self.lease_s / 10)
-
-    @property
-    def stop_lead_s(self) -> float:
-        """The stop signal comes this long before that SIGKILL: a chance to save."""
-        return min(self.grace_s, self.lease_s / 6)
-
-
 # an ended attempt's agent collects it at once; one that has not within this long is away
 COLLECT_WAIT_S = 1.0
 
@@ -157,7 +138,7 @@ class Keeper:
         self.fenced = False
         self.stop_sent = False
         self.signalled = False  # a signal of ours reached the job before it ended
-        self.ended: dict[str, Any] | None = None
+        self.ended: Ended | None = None
         self.ended_clock = 0.0
         self.collected = False
         self.locks = ChipLocks(launch.chip_locks)
@@ -172,7 +153,7 @@ class Keeper:
         try:
             self.locks.acquire()
         except ChipBusy as e:
-            self._end({"code": None, "signal": None, "error": str(e), "host_error": True})
+            self._end(Ended(error=str(e), host_error=True))
             return
         kw: dict[str, Any] = {}
         if la.user is not None:
@@ -195,7 +176,7 @@ class Keeper:
             for fd in (r, w):
                 if fd >= 0:
                     os.close(fd)
-            self._end({"code": None, "signal": None, "error": f"could not start: {e}"})
+            self._end(Ended(error=f"could not start: {e}"))
             return
         self.pidfd = os.pidfd_open(self.proc.pid)
         self.sel.register(self.pidfd, selectors.EVENT_READ, "exit")
@@ -206,8 +187,8 @@ class Keeper:
             self.sel.register(r, selectors.EVENT_READ, "output")
         else:
             self.say_fd = _open_apart(self.tty)
-        self._send_all({"event": "started", "pid": self.proc.pid, "keeper_pid": os.getpid(),
-                        "start_ticks": proc_start_ticks(self.proc.pid)})
+        self._send_all(Started(pid=self.proc.pid, keeper_pid=os.getpid(),
+                               start_ticks=proc_start_ticks(self.proc.pid)))
 
     # -- the loop -----------------------------------------------------------------------------
     def run(self, listener: socket.socket) -> None:
@@ -300,30 +281,34 @@ class Keeper:
         self.conns[conn] = rest[-65536:]
         for line in lines:
             try:
-                msg = json.loads(line)
-            except ValueError:
+                msg = to_keeper(line)
+            except UnknownVersion as e:
+                log.warning("job %s attempt %s: a message skipped: %s", self.launch.job_id,
+                            self.launch.attempt, e)
                 continue
-            if isinstance(msg, dict):
+            except MessageError:
+                continue
+            if not isinstance(msg, Launch):
                 self._on(msg)
 
-    def _on(self, msg: dict[str, Any]) -> None:
-        op = msg.get("op")
-        if op == "lease" and isinstance(msg.get("until"), (int, float)) and not self.fenced:
-            self.launch.lease_until = max(self.launch.lease_until, float(msg["until"]))
-        elif op == "stop" and self.ended is None and not self.stop_sent:
+    def _on(self, msg: ToKeeper) -> None:
+        if isinstance(msg, Lease) and not self.fenced:
+            self.launch.lease_until = max(self.launch.lease_until, float(msg.until))
+        elif isinstance(msg, Stop) and self.ended is None and not self.stop_sent:
             try:
-                sig = signal.Signals[str(msg.get("signal", "SIGTERM"))]
+                sig = signal.Signals[msg.signal]
             except KeyError:
                 sig = signal.SIGTERM
             self._signal(sig)
             self.stop_sent = True
-            self.kill_at = clock() + max(0.0, float(msg.get("grace", self.launch.grace_s)))
-        elif op == "kill":
+            grace = self.launch.grace_s if msg.grace is None else msg.grace
+            self.kill_at = clock() + max(0.0, float(grace))
+        elif isinstance(msg, Kill):
             self._signal(signal.SIGKILL)
-        elif op == "collected":
+        elif isinstance(msg, Collected):
             self.collected = True
-        elif op == "say" and isinstance(msg.get("text"), str):
-            self.say(msg["text"])
+        elif isinstance(msg, Say):
+            self.say(msg.text)
 
     def say(self, text: str) -> None:
         """A line from tpuq in a session's terminal, on a line of its own; dropped when
@@ -335,24 +320,23 @@ class Keeper:
         except OSError:
             pass
 
-    def _status(self) -> dict[str, Any]:
+    def _status(self) -> Status:
         la = self.launch
-        return {"event": "status", "job_id": la.job_id, "attempt": la.attempt,
-                "keeper_pid": os.getpid(),
-                "pid": self.proc.pid if self.proc else None,
-                "start_ticks": proc_start_ticks(self.proc.pid) if self.proc else None,
-                "ended": self.ended}
+        return Status(job_id=la.job_id, attempt=la.attempt, keeper_pid=os.getpid(),
+                      pid=self.proc.pid if self.proc else None,
+                      start_ticks=proc_start_ticks(self.proc.pid) if self.proc else None,
+                      ended=self.ended)
 
-    def _send(self, conn: socket.socket, msg: dict[str, Any]) -> None:
+    def _send(self, conn: socket.socket, msg: Message) -> None:
         try:
             conn.setblocking(True)
             conn.settimeout(5.0)
-            conn.sendall(json.dumps(msg).encode() + b"\n", socket.MSG_NOSIGNAL)
+            conn.sendall(encode(msg), socket.MSG_NOSIGNAL)
             conn.setblocking(False)
         except OSError:
             self._drop_conn(conn)
 
-    def _send_all(self, msg: dict[str, Any]) -> None:
+    def _send_all(self, msg: Message) -> None:
         for conn in list(self.conns):
             self._send(conn, msg)
 
@@ -461,9 +445,10 @@ class Keeper:
             self.sel.unregister(self.out)
             os.close(self.out)
             self.out = -1
-        self._end({"code": rc if rc >= 0 else None, "signal": -rc if rc < 0 else None})
+        self._end(Ended(code=rc if rc >= 0 else None, signal=-rc if rc < 0 else None))
 
-    def _end(self, status: dict[str, Any]) -> None:
+    def _end(self, status: Ended) -> None:
+        """`status`: how the job ended (or why it never ran); the keeper adds what it knows."""
         if self.dropped:
             kept = b"".join(self.tail)[-TAIL_KEPT:]
             self.log.write(f"\n[tpuq: {self.dropped} bytes of output were dropped; the last "
@@ -478,14 +463,13 @@ class Keeper:
                 os.close(fd)
         self.tty = self.say_fd = -1
         self.ended_clock = clock()
-        self.ended = {**status, "fenced": self.fenced, "signalled": self.signalled,
-                      "dropped": self.dropped,
-                      "keeper_pid": os.getpid(),
-                      "ended_wall": time.time(), "instance": self.launch.instance,
-                      "job_id": self.launch.job_id, "attempt": self.launch.attempt}
-        _write_json(self.launch.exit_path, self.ended)
+        self.ended = dataclasses.replace(
+            status, fenced=self.fenced, signalled=self.signalled, dropped=self.dropped,
+            keeper_pid=os.getpid(), ended_wall=time.time(), instance=self.launch.instance,
+            job_id=self.launch.job_id, attempt=self.launch.attempt)
+        _write_json(self.launch.exit_path, as_dict(self.ended))
         self.locks.release()
-        self._send_all({"event": "ended", **self.ended})
+        self._send_all(self.ended)
 
     def _finish_unattended(self) -> None:
         """The attempt ended and no agent collected it: record the end ourselves, so a job
@@ -493,7 +477,7 @@ class Keeper:
         if self.collected or self.ended is None:
             return
         try:
-            from tpuq.agent.outcome import record_unattended
+            from tpuq.agent.attempts.outcome import record_unattended
 
             la = self.launch
             record_unattended(la.job_id, la.attempt, la.host, la.log_path, self.ended)
@@ -590,13 +574,13 @@ def _keep(conn: socket.socket) -> None:
     fds: list[int] = []
     try:
         conn.settimeout(10.0)
-        launch = Launch(**json.loads(_read_line(conn, fds=fds)))
+        launch = decode_as(Launch, _read_line(conn, fds=fds))
         if launch.tty != bool(fds):
             raise ValueError("a session's launch comes with its terminal, only a session's")
     except (OSError, ValueError, TypeError) as e:
         for fd in fds:
             os.close(fd)
-        _reply(conn, {"event": "error", "message": f"bad launch request: {e}"})
+        _reply(conn, Refused(f"bad launch request: {e}"))
         return
     keeper = Keeper(launch, conn, tty=fds[0] if fds else -1)
     keeper.start()  # the job first; then the socket a later agent finds the keeper by
@@ -676,9 +660,9 @@ def _open_apart(tty: int) -> int:
         return -1
 
 
-def _reply(conn: socket.socket, msg: dict[str, Any]) -> None:
+def _reply(conn: socket.socket, msg: Message) -> None:
     try:
-        conn.sendall(json.dumps(msg).encode() + b"\n", socket.MSG_NOSIGNAL)
+        conn.sendall(encode(msg), socket.MSG_NOSIGNAL)
     except OSError:
         pass
 

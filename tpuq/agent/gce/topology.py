@@ -15,30 +15,16 @@ reads both since 0.10.0): `name:id:ip` entries, or plain hostnames.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from tpuq.agent.errors import AgentError, HostUnfit
 from tpuq.settings import ENV, Settings
-from tpuq.shapes import slice_hosts
+from tpuq.shapes import Seat, slice_hosts
 
 _ENV_LINE = re.compile(r"^\s*([A-Z_]+)\s*:\s*'?([^'\n]*)'?\s*$", re.M)
 _HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})?$")
 _IP = re.compile(r"^[0-9.]+$|^[0-9A-Fa-f:]+$")
 MAX_NAME = 128
-
-
-@dataclass(frozen=True)
-class Seat:
-    """This host's place in a slice."""
-
-    slice: str
-    worker: int
-    tpu_type: str  # the slice's type, e.g. "v4-32"
-
-    @property
-    def workers(self) -> int:
-        return slice_hosts(self.tpu_type)
 
 
 def tpu_env_value(blob: str, key: str) -> str | None:

@@ -1,6 +1,6 @@
 """What the agent does for a caller on its own VM (requests: tpuq/protocol.py).
 
-The socket server (localsock.py) hands each decoded request here with the caller's uid
+The socket server (local/server.py) hands each decoded request here with the caller's uid
 from SO_PEERCRED: the kernel, not the request, says who asks. Root and the agent's own
 user are admins here and may act for someone else (`as_user`, e.g. TPUQ_USER); everyone
 else is who the kernel says, an admin only if the deployment's `admins` table says so.
@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from tpuq.agent.terminals import Refused, Terminals, check_terminal
+from tpuq.agent.local.terminals import Refused, Terminals, check_terminal
 from tpuq.api.caller import Caller
 from tpuq.api.handlers import Api, Reasons
 from tpuq.protocol import (

@@ -9,7 +9,7 @@ notify_retry_s, doubling, up to notify_tries times; then the row is marked faile
 agent's log says why and `tpuq show` shows it. The log never shows a destination's URL
 (it may hold a token), only its scheme.
 
-Each delivery runs in a courier process (agent/courier.py): there every connection is
+Each delivery runs in a courier process (agent/duties/courier.py): there every connection is
 checked against where notifications may go (tpuq/destinations.py), and Apprise's own
 log lines, which name URLs in full, stay.
 """
@@ -167,7 +167,7 @@ def send_all(deliveries: list[tuple[str, Message]], settings: Settings) -> list[
     limit = COURIER_S + COURIER_EACH_S * len(deliveries)
     try:
         out = subprocess.run(
-            [sys.executable, "-m", "tpuq.agent.courier"], input=json.dumps(order),
+            [sys.executable, "-m", "tpuq.agent.duties.courier"], input=json.dumps(order),
             capture_output=True, text=True, timeout=limit, check=False,
             env=_courier_env(jobenv.helper_env(os.environ))).stdout
         late = "the courier ended without an answer"

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpuq import outputs, runfn
+from tpuq.shapes import Seat
 
 __all__ = ["AttemptSpec"]
 
@@ -29,7 +30,7 @@ class AttemptSpec:
     owner: str = ""
     lease_until: float = 0.0  # keeper.clock(): measured before the lease was taken
     elapsed_s: float = 0.0  # how long it has run already (adopted from an earlier agent)
-    gang: tuple[int, int, str] | None = None  # a slice job's task: (worker, workers, slice)
+    gang: Seat | None = None  # a slice job's task: its worker's place in the slice
     checkpoint_dir: str | None = None  # as the scheduler recorded it (checkpoints.py)
     started_over: str | None = None  # why it starts without the job's earlier checkpoints
     output: str | None = None  # --output, its %j/%a expanded: written as its owner too
@@ -37,12 +38,12 @@ class AttemptSpec:
 
     @property
     def worker(self) -> int | None:
-        return None if self.gang is None else self.gang[0]
+        return None if self.gang is None else self.gang.worker
 
     @property
     def runs_function(self) -> bool:
         """A function job (tpuq.client.submit(fn)): its call is written before the
-        start, its outcome stored after the end (functionjob.py)."""
+        start, its outcome stored after the end (attempts/functionjob.py)."""
         return runfn.is_function_command(self.command)
 
     @classmethod

@@ -1,6 +1,6 @@
 """When maintenance and preemption notices take the host out of service, and give it back.
 
-The metadata watcher (metadata.py) reports what each source says now; this policy keeps
+The metadata watcher (gce/metadata.py) reports what each source says now; this policy keeps
 each source's word apart and decides:
 
 - the host is out while any source has a notice in force, and back as soon as none has:
@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from tpuq.agent.metadata import Notice, NoticeKind, Source
+from tpuq.agent.gce.metadata import Notice, NoticeKind, Source
 
 log = logging.getLogger("tpuq.agent")
 

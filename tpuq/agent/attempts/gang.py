@@ -29,11 +29,12 @@ import select
 import time
 from typing import Any, Protocol
 
-from tpuq.agent import outcome
-from tpuq.agent.attempt import AttemptSpec
-from tpuq.agent.keepers import clock
-from tpuq.agent.outcome import Progress
-from tpuq.agent.supervisor import HostContext, Supervisor
+from tpuq.agent.attempts import outcome
+from tpuq.agent.attempts.outcome import Progress
+from tpuq.agent.attempts.spec import AttemptSpec
+from tpuq.agent.attempts.supervisor import HostContext, Supervisor
+from tpuq.agent.keeper.link import clock
+from tpuq.agent.keeper.messages import Collected, Ended, FromKeeper, Started
 from tpuq.state import attempts, gangs, hosts
 from tpuq.state.attempts import Ending
 from tpuq.state.outage import is_outage
@@ -50,7 +51,7 @@ class GangHost(HostContext, Protocol):
     held: hosts.Held
 
     def claim_tpu(self, chips: tuple[int, ...]) -> str | None:
-        """The chips made free for a job, or why not (executor.py)."""
+        """The chips made free for a job, or why not (attempts/executor.py)."""
 
     def supervisors(self) -> list[Supervisor]: ...
 
@@ -63,7 +64,8 @@ class GangTask(Supervisor):
         super().__init__(ctx, spec)
         self.host = ctx
         assert spec.gang is not None
-        self.worker, self.workers, self.slice = spec.gang
+        self.worker, self.workers, self.slice = spec.gang.worker, spec.gang.workers, \
+            spec.gang.slice
         self.start_by = start_by  # monotonic: the barrier's deadline
         self._job_renewed = 0.0
 
@@ -176,10 +178,10 @@ class GangTask(Supervisor):
             os.read(self._wake_r, 4096)
 
     # ---- running: this worker's lease, and worker 0's watch over the others -------------
-    def _first(self, msg: dict[str, Any]) -> dict[str, Any] | None:
-        if msg.get("event") in ("status", "ended"):
+    def _first(self, msg: FromKeeper) -> Ended | None:
+        if not isinstance(msg, Started):
             return super()._first(msg)
-        self.pid = msg.get("pid")
+        self.pid = msg.pid
         spec = self.spec
         log.info("job %s attempt %s worker %s: started, pid %s", spec.job_id, spec.attempt,
                  self.worker, self.pid)
@@ -187,11 +189,11 @@ class GangTask(Supervisor):
         def record() -> None:
             with self.ctx.db.write() as s:
                 gangs.running(s, spec.job_id, spec.attempt, self.worker, pid=self.pid,
-                              proc_start=msg.get("start_ticks"), log_path=self.log_path,
+                              proc_start=msg.start_ticks, log_path=self.log_path,
                               lease_s=self.ctx.settings.lease_s)
                 if self.leads:
                     attempts.record_process(s, spec.job_id, spec.attempt, self.pid or 0,
-                                            msg.get("start_ticks"))
+                                            msg.start_ticks)
 
         self._write(record, "recording the process of")
         return None
@@ -252,7 +254,7 @@ class GangTask(Supervisor):
             return min(self.spec.grace_s, self.ctx.settings.gang_stop_s)
         return self.spec.grace_s
 
-    def _fenced_end(self, ended: dict[str, Any]) -> None:
+    def _fenced_end(self, ended: Ended) -> None:
         """The attempt ended without this worker (worker 0 or the reaper ended it) and
         its process was stopped: the worker's row says so."""
         spec = self.spec
@@ -264,7 +266,7 @@ class GangTask(Supervisor):
 
         recorded = self._write(record, "recording a worker's end of")
         if self.link is not None:
-            self.link.send(op="collected")
+            self.link.send(Collected())
         log.info("job %s attempt %s worker %s: %s", spec.job_id, spec.attempt, self.worker,
                  outcome.words(recorded or end))
 

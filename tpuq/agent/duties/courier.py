@@ -1,6 +1,6 @@
-"""One notification's delivery, in a process of its own: `python -m tpuq.agent.courier`.
+"""One notification's delivery, in a process of its own: `python -m tpuq.agent.duties.courier`.
 
-The agent (agent/notifier.py) hands it destinations and messages on stdin and reads
+The agent (agent/duties/notifier.py) hands it destinations and messages on stdin and reads
 one line back for each, as each is done: {"ok": true} or {"error": "..."}. A process of
 its own because:
 

@@ -1,10 +1,10 @@
 """Supervises one attempt from the agent: launch it under a keeper, renew its lease, pass
 stop requests on, record how it ended.
 
-The job's parent is its keeper (keeper.py), not the agent: the agent may crash, be
+The job's parent is its keeper (keeper/process.py), not the agent: the agent may crash, be
 upgraded or freeze and the job neither dies with it nor outruns its lease. This thread
 is the agent's half: it waits on the keeper's socket and a wake pipe, never on a sleep,
-and asks AttemptDeadlines (deadlines.py) what is due when. Each lease renewal that
+and asks AttemptDeadlines (attempts/deadlines.py) what is due when. Each lease renewal that
 reaches the database is passed on to the keeper as "valid until"; one that does not
 lets the keeper stop the job before the lease can run out.
 """
@@ -20,13 +20,24 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from tpuq import checkpoints
-from tpuq.agent import functionjob, identity, outcome
-from tpuq.agent.attempt import AttemptSpec
-from tpuq.agent.deadlines import AttemptDeadlines, Verdict
-from tpuq.agent.keeper import Launch
-from tpuq.agent.keepers import KeeperGone, KeeperLink, KeeperServer, clock
-from tpuq.agent.outcome import Progress
-from tpuq.agent.terminals import Terminals
+from tpuq.agent.attempts import functionjob, identity, outcome
+from tpuq.agent.attempts.deadlines import AttemptDeadlines, Verdict
+from tpuq.agent.attempts.outcome import Progress
+from tpuq.agent.attempts.spec import AttemptSpec
+from tpuq.agent.keeper.link import KeeperGone, KeeperLink, KeeperServer, clock
+from tpuq.agent.keeper.messages import (
+    Collected,
+    Ended,
+    FromKeeper,
+    Kill,
+    Launch,
+    Lease,
+    Say,
+    Started,
+    Status,
+    Stop,
+)
+from tpuq.agent.local.terminals import Terminals
 from tpuq.settings import Settings
 from tpuq.state import attempts, jobs
 from tpuq.state.attempts import Ending
@@ -56,7 +67,7 @@ class HostContext(Protocol):
 
     @property
     def instance(self) -> str:
-        """The database's random id (workdirs.py)."""
+        """The database's random id (attempts/workdirs.py)."""
         ...
 
     def log_path(self, job_id: int, attempt: int, worker: int | None = None) -> str: ...
@@ -81,7 +92,7 @@ class Supervisor(threading.Thread):
     said when this agent connected."""
 
     def __init__(self, ctx: HostContext, spec: AttemptSpec,
-                 adopted: tuple[KeeperLink, dict[str, Any]] | None = None) -> None:
+                 adopted: tuple[KeeperLink, FromKeeper] | None = None) -> None:
         super().__init__(name=f"job-{spec.job_id}.{spec.attempt}", daemon=True)
         self.ctx = ctx
         self.spec = spec
@@ -134,7 +145,7 @@ class Supervisor(threading.Thread):
         except Exception:  # noqa: BLE001 - the attempt must end in the database whatever broke
             log.exception("supervisor of job %s failed", self.spec.job_id)
             if self.link is not None:
-                self.link.send(op="kill")
+                self.link.send(Kill())
             self._finish(Ending(Outcome.HOST_ERROR, "agent error while supervising (see agent log)"))
         finally:
             if self.link is not None:
@@ -175,7 +186,7 @@ class Supervisor(threading.Thread):
         if not self._stop_sent:  # the platform's SIGTERM, not ours (outcome.under_notice)
             end = outcome.under_notice(end, self.ctx.platform_notice())
         self._finish(end)
-        self.link.send(op="collected")
+        self.link.send(Collected())
 
     def _terminal(self) -> int | None:
         """A session's terminal, once its caller handed it to this agent (the lease
@@ -247,18 +258,19 @@ class Supervisor(threading.Thread):
             for path in functionjob.paths(self.log_path):
                 acct.give(path)
 
-    def _first(self, msg: dict[str, Any]) -> dict[str, Any] | None:
+    def _first(self, msg: FromKeeper) -> Ended | None:
         """What the keeper said first: its job's process (recorded), or that it ended."""
-        kind = msg.get("event")
-        if kind == "status":
-            if msg.get("ended") is not None:
-                return dict(msg["ended"])
-            self.pid = msg.get("pid")
+        if isinstance(msg, Status):
+            if msg.ended is not None:
+                return msg.ended
+            self.pid = msg.pid
             return None
-        if kind == "ended":
+        if isinstance(msg, Ended):
             return msg
-        self.pid = msg.get("pid")
-        pid, ticks = self.pid or 0, msg.get("start_ticks")
+        if not isinstance(msg, Started):
+            return None  # a refused launch raised in KeeperServer.launch
+        self.pid = msg.pid
+        pid, ticks = self.pid or 0, msg.start_ticks
         spec = self.spec
         log.info("job %s attempt %s: started, pid %s", spec.job_id, spec.attempt, pid)
 
@@ -270,7 +282,7 @@ class Supervisor(threading.Thread):
         return None
 
     # ---- waiting ----------------------------------------------------------------------
-    def _wait(self) -> dict[str, Any] | None:
+    def _wait(self) -> Ended | None:
         """Until the attempt ends: how it ended (the keeper's report), or None when this
         agent handed it over or lost its lease in the database (then nothing is recorded)."""
         assert self.link is not None
@@ -295,7 +307,7 @@ class Supervisor(threading.Thread):
                     return None
                 try:
                     for msg in self.link.events():
-                        if msg.get("event") != "ended":
+                        if not isinstance(msg, Ended):
                             continue
                         if fenced:
                             self._fenced_end(msg)
@@ -313,7 +325,7 @@ class Supervisor(threading.Thread):
         assert self.link is not None
         due = deadlines.due(time.monotonic(), woken=woken, kill_now=self._kill_now)
         if due.kill:
-            self.link.send(op="kill")
+            self.link.send(Kill())
         if due.warn:
             limit = self.spec.time_limit_s or 0.0
             self._say(f"tpuq: this session reaches its time limit ({_span(limit)}) in "
@@ -331,15 +343,15 @@ class Supervisor(threading.Thread):
         if verdict is Verdict.FENCED:
             log.warning("job %s attempt %s lost its lease; killing it", self.spec.job_id,
                         self.spec.attempt)
-            self.link.send(op="kill")
+            self.link.send(Kill())
             return True
         if lease is not None:
-            self.link.send(op="lease", until=asked_at + self.ctx.settings.lease_s)
+            self.link.send(Lease(until=asked_at + self.ctx.settings.lease_s))
         if verdict is Verdict.SIGNAL and not self._stop_sent:
             grace = self._stop_grace(lease.stop_request if lease else None)
             if self.spec.session:
                 self._say_stop(lease.stop_request if lease else None, grace)
-            self.link.send(op="stop", signal=self.spec.stop_signal, grace=grace)
+            self.link.send(Stop(signal=self.spec.stop_signal, grace=grace))
             self._stop_sent = True
             deadlines.signalled(time.monotonic(), grace)
         return False
@@ -354,9 +366,9 @@ class Supervisor(threading.Thread):
     def _say(self, text: str) -> None:
         """A line in a session's terminal (nothing for other jobs)."""
         if self.spec.session and self.link is not None:
-            self.link.send(op="say", text=text)
+            self.link.send(Say(text=text))
 
-    # ---- what a slice job's task does otherwise (gang.py) ------------------------------
+    # ---- what a slice job's task does otherwise (attempts/gang.py) ------------------------------
     def _watch_every(self) -> float | None:
         """How often to look at the other workers of a slice job (None: not a leader)."""
         return None
@@ -368,20 +380,20 @@ class Supervisor(threading.Thread):
         """The grace a stop gives: the job's own."""
         return self.spec.grace_s
 
-    def _fenced_end(self, ended: dict[str, Any]) -> None:
+    def _fenced_end(self, ended: Ended) -> None:
         """The process of an attempt that is no longer this host's has ended (killed):
         nothing of the attempt is this host's to record."""
         log.info("job %s attempt %s: its process was stopped (the attempt was over)",
                  self.spec.job_id, self.spec.attempt)
 
-    def _keeper_lost(self) -> dict[str, Any]:
+    def _keeper_lost(self) -> Ended:
         """The keeper died (killed, OOM): its exit file, if it wrote one; else the job's
         fate is unknown, so it is killed (verified by pid and start time) and requeued."""
         log_path = self.log_path
         written = outcome.read_exit(log_path)
         if written is not None:
             return written
-        from tpuq.agent import holders
+        from tpuq.agent.tpu import holders
 
         with self.ctx.db.read() as s:
             att = next((a for a in attempts.active_on_host(s, self.ctx.name)
@@ -389,9 +401,8 @@ class Supervisor(threading.Thread):
         if att is not None and att[1].pid and att[1].proc_start:
             holders.kill_and_wait([(att[1].pid, att[1].proc_start)],
                                   timeout=self.ctx.settings.chip_release_s)
-        return {"code": None, "signal": None,
-                "error": "its keeper died; the attempt's end is unknown (requeued)",
-                "host_error": True}
+        return Ended(error="its keeper died; the attempt's end is unknown (requeued)",
+                     host_error=True)
 
     @property
     def fence_host(self) -> str:

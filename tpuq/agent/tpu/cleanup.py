@@ -5,7 +5,7 @@ The same steps serve the agent (asked over its socket) and a host where no agent
 the caller says are orphans of tpuq's attempts (only an agent knows which attempts are
 its own and over), name everyone else, and remove a stale libtpu lock only when nobody
 holds the devices any more. The lock is never removed while a holder lives: a new
-inode would silently defeat libtpu's lock (libtpu.py). libtpu's log directory is
+inode would silently defeat libtpu's lock (tpu/libtpu.py). libtpu's log directory is
 trimmed, not removed.
 """
 
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpuq.agent import devices, holders, libtpu
+from tpuq.agent.tpu import devices, holders, libtpu
 from tpuq.settings import Settings
 
 # (orphans to kill, holders to leave alone with what they are: "job 3" or "foreign")

@@ -10,9 +10,10 @@ import os
 import stat
 import threading
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from tpuq.agent import exits
+from tpuq.agent.keeper.messages import Ended, MessageError, decode_as
 from tpuq.state import attempts
 from tpuq.state.attempts import Ending
 from tpuq.state.db import Database
@@ -81,29 +82,28 @@ def under_notice(end: Ending, notice: str | None) -> Ending:
                   end.exit_code, end.exit_signal)
 
 
-def ending_of(ended: dict[str, Any], log_path: str, busy_check: BusyCheck = _no_scan) -> Ending:
+def ending_of(ended: Ended, log_path: str, busy_check: BusyCheck = _no_scan) -> Ending:
     """The Ending a keeper's report (or exit file) means."""
-    if ended.get("error"):
-        kind = Outcome.HOST_ERROR if ended.get("host_error") else Outcome.FAILED
-        return Ending(kind, str(ended["error"]))
-    if ended.get("fenced"):
+    if ended.error:
+        kind = Outcome.HOST_ERROR if ended.host_error else Outcome.FAILED
+        return Ending(kind, ended.error)
+    if ended.fenced:
         return Ending(Outcome.LOST, "stopped by its keeper: the lease was not renewed in time",
-                      ended.get("code"), ended.get("signal"))
-    end = natural_ending(exits.Exit(ended.get("code"), ended.get("signal")), log_path,
-                         busy_check)
-    if ended.get("signalled") is False:  # an older keeper's file says nothing: not untouched
+                      ended.code, ended.signal)
+    end = natural_ending(exits.Exit(ended.code, ended.signal), log_path, busy_check)
+    if ended.signalled is False:  # None: an older keeper did not say; not untouched then
         return dataclasses.replace(end, untouched=True)
     return end
 
 
-def read_exit(log_path: str) -> dict[str, Any] | None:
-    """A keeper's exit record of the attempt whose log this is, if it wrote one."""
+def read_exit(log_path: str) -> Ended | None:
+    """A keeper's exit record of the attempt whose log this is, if it wrote one (and in
+    a version this agent reads)."""
     try:
-        with open(exit_path(log_path)) as f:
-            data = json.load(f)
-    except (OSError, ValueError):
+        with open(exit_path(log_path), "rb") as f:
+            return decode_as(Ended, f.read())
+    except (OSError, MessageError):
         return None
-    return data if isinstance(data, dict) else None
 
 
 def record(db: Database, job_id: int, attempt: int, host: str, end: Ending, *,
@@ -133,7 +133,7 @@ def words(end: Ending) -> str:
 
 
 def record_unattended(job_id: int, attempt: int, host: str, log_path: str,
-                      ended: dict[str, Any]) -> None:
+                      ended: Ended) -> None:
     """A keeper's last act when no agent collected its attempt (settings as the agent's,
     from the environment the keeper server was started with)."""
     from tpuq import settings as settings_mod

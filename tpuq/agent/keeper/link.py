@@ -1,10 +1,9 @@
-"""The agent's side of its keepers (keeper.py): start the server that forks them, launch
+"""The agent's side of its keepers (keeper/process.py): start the server that forks them, launch
 an attempt through it, and talk to a keeper over its socket (also one of an earlier
 agent's life, to adopt it)."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import select
@@ -12,10 +11,18 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import asdict
-from typing import Any
 
-from tpuq.agent.keeper import SERVER, Launch, clock, keeper_socket, unix_call
+from tpuq.agent.keeper.messages import (
+    FromKeeper,
+    Launch,
+    MessageError,
+    Refused,
+    ToKeeper,
+    UnknownVersion,
+    encode,
+    from_keeper,
+)
+from tpuq.agent.keeper.process import SERVER, clock, keeper_socket, unix_call
 from tpuq.errors import Failure, TpuqError
 
 log = logging.getLogger("tpuq.agent")
@@ -31,12 +38,12 @@ class KeeperGone(TpuqError, OSError):
 
 
 class KeeperLink:
-    """One connection to one keeper: JSON lines each way."""
+    """One connection to one keeper: messages (keeper/messages.py) each way."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self._buf = b""
-        self._pending: list[dict[str, Any]] = []
+        self._pending: list[FromKeeper] = []
         self._gone = False
 
     def fileno(self) -> int:
@@ -46,9 +53,9 @@ class KeeperLink:
     def has_pending(self) -> bool:
         return bool(self._pending)
 
-    def send(self, **msg: Any) -> bool:
+    def send(self, msg: ToKeeper) -> bool:
         try:
-            self.sock.sendall(json.dumps(msg).encode() + b"\n", socket.MSG_NOSIGNAL)
+            self.sock.sendall(encode(msg), socket.MSG_NOSIGNAL)
             return True
         except OSError:
             return False
@@ -75,13 +82,15 @@ class KeeperLink:
         *lines, self._buf = self._buf.split(b"\n")
         for line in lines:
             try:
-                msg = json.loads(line)
-            except ValueError:
+                msg = from_keeper(line)
+            except UnknownVersion as e:
+                log.warning("a keeper's message skipped: %s", e)
                 continue
-            if isinstance(msg, dict):
-                self._pending.append(msg)
+            except MessageError:
+                continue
+            self._pending.append(msg)
 
-    def events(self) -> list[dict[str, Any]]:
+    def events(self) -> list[FromKeeper]:
         """What the keeper said since the last call (without blocking). KeeperGone once
         its socket closed and everything it said was taken."""
         self._pull()
@@ -90,7 +99,7 @@ class KeeperLink:
             raise KeeperGone("the keeper closed its socket")
         return out
 
-    def wait_event(self, timeout: float) -> dict[str, Any]:
+    def wait_event(self, timeout: float) -> FromKeeper:
         """The next thing the keeper says, waiting up to `timeout` seconds."""
         deadline = time.monotonic() + timeout
         while True:
@@ -123,7 +132,7 @@ class KeeperServer:
     def start(self) -> KeeperServer:
         os.makedirs(self.run_dir, mode=0o700, exist_ok=True)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tpuq.agent.keeper", self.run_dir, str(os.getpid())],
+            [sys.executable, "-m", "tpuq.agent.keeper.process", self.run_dir, str(os.getpid())],
             stdin=subprocess.DEVNULL, start_new_session=True, close_fds=True)
         deadline = time.monotonic() + START_TIMEOUT_S
         while not self._answers():
@@ -144,7 +153,7 @@ class KeeperServer:
         finally:
             s.close()
 
-    def launch(self, launch: Launch, tty: int | None = None) -> tuple[KeeperLink, dict[str, Any]]:
+    def launch(self, launch: Launch, tty: int | None = None) -> tuple[KeeperLink, FromKeeper]:
         """Start an attempt under a new keeper: the link to it, and what it said first
         ("started" with the job's pid, or "ended" when it could not start). A session's
         terminal `tty` goes with the launch (the caller still closes its own copy)."""
@@ -154,7 +163,7 @@ class KeeperServer:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.settimeout(START_TIMEOUT_S)
         s.connect(self.path)
-        line = json.dumps(asdict(launch)).encode() + b"\n"
+        line = encode(launch)
         if tty is None:
             s.sendall(line)
         else:  # the descriptor rides on the first bytes; the rest follows plainly
@@ -162,9 +171,9 @@ class KeeperServer:
             s.sendall(line[sent:])
         link = KeeperLink(s)
         first = link.wait_event(START_TIMEOUT_S)
-        if first.get("event") == "error":
+        if isinstance(first, Refused):
             link.close()
-            raise RuntimeError(first.get("message", "the keeper server refused the launch"))
+            raise RuntimeError(first.message)
         return link, first
 
     def stop(self) -> None:
@@ -178,7 +187,7 @@ class KeeperServer:
                 proc.wait(10)
 
 
-def adopt(run_dir: str, job_id: int, attempt: int) -> tuple[KeeperLink, dict[str, Any]] | None:
+def adopt(run_dir: str, job_id: int, attempt: int) -> tuple[KeeperLink, FromKeeper] | None:
     """Connect to the keeper of an attempt (an earlier agent's life left it running):
     the link and its status, or None when no keeper answers for it."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

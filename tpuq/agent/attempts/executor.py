@@ -17,15 +17,18 @@ from collections.abc import Callable
 from typing import Any
 
 from tpuq import jobenv
-from tpuq.agent import cleanup, devices, holders, libtpu, outcome
-from tpuq.agent.attempt import AttemptSpec
-from tpuq.agent.chiplocks import lock_paths
-from tpuq.agent.devwatch import DeviceWatch
-from tpuq.agent.keepers import KeeperLink, KeeperServer, clock
-from tpuq.agent.supervisor import Supervisor
-from tpuq.agent.terminals import Terminals
-from tpuq.agent.workdirs import WorkDirs
+from tpuq.agent.attempts import outcome
+from tpuq.agent.attempts.spec import AttemptSpec
+from tpuq.agent.attempts.supervisor import Supervisor
+from tpuq.agent.attempts.workdirs import WorkDirs
+from tpuq.agent.keeper.link import KeeperLink, KeeperServer, clock
+from tpuq.agent.keeper.messages import Ended, FromKeeper
+from tpuq.agent.local.terminals import Terminals
+from tpuq.agent.tpu import cleanup, devices, holders, libtpu
+from tpuq.agent.tpu.chiplocks import lock_paths
+from tpuq.agent.tpu.devwatch import DeviceWatch
 from tpuq.settings import Settings
+from tpuq.shapes import Seat
 from tpuq.spec import SpecError, check_runnable
 from tpuq.state import attempts, gangs, hosts, queries
 from tpuq.state.attempts import Ending
@@ -57,7 +60,7 @@ class Executor:
         self.end_hooks: list[Callable[[Supervisor], None]] = []  # e.g. final log shipping
         self.gang_news: Callable[[], None] = lambda: None  # wakes the slice's other agents
         self.in_slice = False  # a worker of a multi-host slice: it also polls slice tasks
-        self.probing = False  # the shape probes run (probes.py): no attempt starts
+        self.probing = False  # the shape probes run (tpu/probes.py): no attempt starts
         self._paths: dict[tuple[int, ...], set[str]] = {}
         self.devwatch = DeviceWatch(self._device_paths(tuple(self.chips)),
                                     trust_s=settings.devwatch_trust_s)
@@ -89,10 +92,10 @@ class Executor:
     def instance(self) -> str:
         return self.dirs.instance
 
-    def read_exit(self, job_id: int, attempt: int) -> dict[str, Any] | None:
+    def read_exit(self, job_id: int, attempt: int) -> Ended | None:
         """How a keeper said the attempt ended, if it wrote it (for this database)."""
         ended = outcome.read_exit(self.log_path(job_id, attempt))
-        if ended is None or ended.get("instance") != self.instance:
+        if ended is None or ended.instance != self.instance:
             return None
         return ended
 
@@ -195,7 +198,7 @@ class Executor:
         self.on_change()  # assigned attempts waited: the heartbeat's poll starts them
 
     def supervise(self, spec: AttemptSpec,
-                  adopted: tuple[KeeperLink, dict[str, Any]] | None = None) -> Supervisor:
+                  adopted: tuple[KeeperLink, FromKeeper] | None = None) -> Supervisor:
         """A supervisor for the attempt: for a new one, or for one an earlier agent's
         life left with its keeper (`adopted`)."""
         sup = Supervisor(self, spec, adopted)
@@ -205,9 +208,9 @@ class Executor:
         return sup
 
     def start_gang(self, job_id: int, attempt: int) -> Supervisor | None:
-        """Start this host's task of a slice job's attempt (agent/gang.py) if it is still
+        """Start this host's task of a slice job's attempt (agent/attempts/gang.py) if it is still
         waiting for this worker; idempotent. None for a stale or duplicate doorbell."""
-        from tpuq.agent.gang import GangTask
+        from tpuq.agent.attempts.gang import GangTask
 
         key = (job_id, attempt)
         with self._lock:
@@ -219,7 +222,8 @@ class Executor:
                 or row.state != JobState.ASSIGNED.value:
             return None
         spec = self._runnable(row, job_id, attempt, None, chips=tuple(sorted(self.chips)),
-                              lease_until=clock(), gang=(row.worker, row.workers, row.host))
+                              lease_until=clock(), gang=Seat(row.host, row.worker, row.tpu_type or "",
+                                                        hosts=row.workers))
         if spec is None:
             return None
         waited = max(0.0, float(row.now) - float(row.assigned_at))
@@ -279,7 +283,7 @@ class Executor:
         process takes to let go of them (vfio devices can take seconds).
 
         The /proc scan is skipped when inotify shows that every open of these device
-        files since the last scan that found them free has been closed (devwatch.py).
+        files since the last scan that found them free has been closed (tpu/devwatch.py).
         """
         paths = self._device_paths(chips)
         if self.devwatch.quiet(paths):

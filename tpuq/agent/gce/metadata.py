@@ -19,7 +19,7 @@ when it starts and whether the maintenance is already under way:
   it, so the caller decides;
 * ``PREEMPTED``: ``instance/preempted`` is TRUE;
 * ``UPCOMING``: ``upcoming-maintenance`` announces a window (SCHEDULED or UNSCHEDULED),
-  which may be hours away, so the caller decides when to act (agent/notices.py).  A
+  which may be hours away, so the caller decides when to act (agent/gce/notices.py).  A
   window that moves, or maintenance that becomes ONGOING, is a new notice.
 
 ``upcoming-maintenance`` is read as GCE serves it (docs/tpu-facts.md, each shape with its

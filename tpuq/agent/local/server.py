@@ -2,7 +2,7 @@
 
 One request per connection (tpuq/protocol.py). The peer's uid comes from SO_PEERCRED,
 so on a VM shared by several people a job is owned by whoever really submitted it.
-What a request does is the handler's business (agent/localapi.py).
+What a request does is the handler's business (agent/local/api.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Has anybody opened the chips' device files since the last scan found them free?
 
-The /proc scan before a start (holders.py) reads every open file of every process: a
+The /proc scan before a start (tpu/holders.py) reads every open file of every process: a
 few milliseconds on a busy VM, paid again for every short job. inotify reports every
 open of a watched device file (IN_OPEN) and every last close of an open file
 (IN_CLOSE_*), whoever does it. So after a scan found nobody holding a chip, while each
@@ -12,7 +12,7 @@ that went away, or no inotify at all.
 Two limits, because inotify watches one device node and a process may open the chip
 through another (a container's own node, a hard link: same device, other inode): a scan's
 "free" is trusted for `trust_s` only, and not at all after an attempt ended saying the
-TPU was busy (`distrust`). The scan itself matches holders by device (holders.py).
+TPU was busy (`distrust`). The scan itself matches holders by device (tpu/holders.py).
 """
 
 from __future__ import annotations
