@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from tpuq.shapes import Seat, chip_bounds
 from tpuq.spec import SpecError
@@ -296,58 +297,72 @@ def apply_tcmalloc(env: dict[str, str], enabled: bool, path: str,
         _set_preload(env, others)
 
 
-def build_env(
-    *,
-    base: Mapping[str, str],
-    job_env: Mapping[str, str],
-    job_id: int,
-    attempt: int,
-    host: str,
-    checkpoint_dir: str,
-    resumed: bool,
-    chips: Sequence[int] | None,
-    host_chip_count: int,
-    port_base: int,
-    tcmalloc: bool,
-    tcmalloc_path: str,
-    stop_signal: str | None = None,
-    progress_file: str | None = None,
-    exists: Callable[[str], bool] = os.path.exists,
-    gang: Seat | None = None,
-    coordinator_port: int | None = None,
-    generation: str | None = None,
-    host_env: Mapping[str, str] | None = None,
-) -> dict[str, str]:
-    """The complete environment of one attempt (raises ValueError for an unshapeable subset).
-    `gang`: the seat of a slice job's task, whose JAX coordinator listens
-    on `coordinator_port` (the metadata is left alone: a bare jax.distributed.initialize()
-    finds its peers there on a TPU VM). `generation` picks the bounds table's row
-    (shapes.py); `host_env`: what the host adds for every job (single_slice_env)."""
-    env = {**base, **job_env}
+@dataclass(frozen=True)
+class HostInputs:
+    """What this host gives every attempt's environment: `base`, the agent's own (what a
+    job inherits); `host_env`, what the host adds for every job (single_slice_env);
+    `generation` picks the bounds table's row (shapes.py); a slice job's JAX coordinator
+    listens on `coordinator_port`."""
+
+    name: str
+    base: Mapping[str, str]
+    chip_count: int
+    port_base: int
+    tcmalloc_path: str
+    generation: str | None = None
+    host_env: Mapping[str, str] = field(default_factory=dict)
+    coordinator_port: int | None = None
+
+
+@dataclass(frozen=True)
+class AttemptInputs:
+    """What is one attempt's own: its job's env and identity, its chips (None: the whole
+    host), and a slice job's task's `seat` (the metadata is left alone: a bare
+    jax.distributed.initialize() finds its peers there on a TPU VM)."""
+
+    job_env: Mapping[str, str]
+    job_id: int
+    attempt: int
+    checkpoint_dir: str
+    resumed: bool
+    chips: Sequence[int] | None
+    tcmalloc: bool
+    stop_signal: str | None = None
+    progress_file: str | None = None
+    seat: Seat | None = None
+
+
+def build_env(host: HostInputs, attempt: AttemptInputs,
+              exists: Callable[[str], bool] = os.path.exists) -> dict[str, str]:
+    """The complete environment of one attempt (raises ValueError for an unshapeable
+    subset)."""
+    job_env = attempt.job_env
+    env = {**host.base, **job_env}
     for name in [n for n in env if tpuq_sets_or_clears(n)]:
         del env[name]
-    env.update(host_env or {})
-    env.update(partition_env(chips, host_chip_count, port_base, generation))
-    own = {JOB_ID: str(job_id), ATTEMPT: str(attempt), HOST: host,
-           CHECKPOINT_DIR: checkpoint_dir, RESUMED: "1" if resumed else "0"}
-    if gang is not None:
-        own.update({WORKER_ID: str(gang.worker), NUM_WORKERS: str(gang.workers),
-                    SLICE: gang.slice})
-        if coordinator_port is not None:
-            env[COORDINATOR_PORT] = str(coordinator_port)
+    env.update(host.host_env)
+    env.update(partition_env(attempt.chips, host.chip_count, host.port_base, host.generation))
+    own = {JOB_ID: str(attempt.job_id), ATTEMPT: str(attempt.attempt), HOST: host.name,
+           CHECKPOINT_DIR: attempt.checkpoint_dir, RESUMED: "1" if attempt.resumed else "0"}
+    seat = attempt.seat
+    if seat is not None:
+        own.update({WORKER_ID: str(seat.worker), NUM_WORKERS: str(seat.workers),
+                    SLICE: seat.slice})
+        if host.coordinator_port is not None:
+            env[COORDINATOR_PORT] = str(host.coordinator_port)
     env.update(own)
     if ARRAY_INDEX in job_env:
         own[ARRAY_INDEX] = job_env[ARRAY_INDEX]
     for name, value in job_env.items():
         if "$TPUQ_" in value or "${TPUQ_" in value:
             env[name] = expand_own(value, own)
-    if stop_signal is not None:
-        env[PREEMPT_SIGNAL] = stop_signal
-    if progress_file is not None:
-        env[PROGRESS_FILE] = progress_file
+    if attempt.stop_signal is not None:
+        env[PREEMPT_SIGNAL] = attempt.stop_signal
+    if attempt.progress_file is not None:
+        env[PROGRESS_FILE] = attempt.progress_file
     if "PYTHONUNBUFFERED" not in job_env:
         env["PYTHONUNBUFFERED"] = "1"
-    apply_tcmalloc(env, tcmalloc, tcmalloc_path, exists)
+    apply_tcmalloc(env, attempt.tcmalloc, host.tcmalloc_path, exists)
     if LARGE_ALLOC_VAR not in job_env:
         env[LARGE_ALLOC_VAR] = LARGE_ALLOC_THRESHOLD
     return env

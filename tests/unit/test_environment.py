@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Any
 
@@ -17,24 +18,18 @@ BASE = {"PATH": "/usr/bin:/bin", "HOME": "/home/alice", "LANG": "C.UTF-8"}
 OTHER_PRELOAD = "/opt/lib/libfoo.so"
 
 
-def env(**overrides: Any) -> dict[str, str]:
-    args: dict[str, Any] = {
-        "base": BASE,
-        "job_env": {},
-        "job_id": 42,
-        "attempt": 3,
-        "host": "tpu-a",
-        "checkpoint_dir": "/ckpt/42",
-        "resumed": True,
-        "chips": None,
-        "host_chip_count": 4,
-        "port_base": 9000,
-        "tcmalloc": True,
-        "tcmalloc_path": DEFAULT_TCMALLOC,
-        "exists": lambda path: True,
-    }
-    args.update(overrides)
-    return build_env(**args)
+def env(exists: Any = lambda path: True, **overrides: Any) -> dict[str, str]:
+    """build_env with one attempt's inputs; an override names a field of either
+    (the host's `name` is "tpu-a", its `chip_count` 4)."""
+    host: dict[str, Any] = {"name": "tpu-a", "base": BASE, "chip_count": 4,
+                            "port_base": 9000, "tcmalloc_path": DEFAULT_TCMALLOC}
+    attempt: dict[str, Any] = {"job_env": {}, "job_id": 42, "attempt": 3,
+                               "checkpoint_dir": "/ckpt/42", "resumed": True, "chips": None,
+                               "tcmalloc": True}
+    host_fields = {f.name for f in dataclasses.fields(jobenv.HostInputs)}
+    for name, value in overrides.items():
+        (host if name in host_fields else attempt)[name] = value
+    return build_env(jobenv.HostInputs(**host), jobenv.AttemptInputs(**attempt), exists)
 
 
 def test_base_and_job_env_merged_with_tpuq_vars() -> None:
@@ -70,7 +65,7 @@ def test_whole_host_sets_no_partition_vars_and_drops_inherited() -> None:
 )
 def test_subset_sets_partition_vars(host: int, chips: list[int], bounds: str) -> None:
     e = env(
-        host_chip_count=host,
+        chip_count=host,
         chips=list(reversed(chips)),
         job_env={"TPU_VISIBLE_CHIPS": "0"},
     )
@@ -103,7 +98,7 @@ def test_ports_distinct_across_disjoint_subsets(host: int) -> None:
     for layout in _disjoint_layouts(host):
         ports = []
         for chips in layout:
-            e = env(host_chip_count=host, chips=chips)
+            e = env(chip_count=host, chips=chips)
             ports += [e["TPU_PROCESS_PORT"], e["TPU_MESH_CONTROLLER_PORT"]]
         assert len(ports) == len(set(ports)), layout
 
@@ -120,7 +115,7 @@ def test_ports_derived_from_port_base() -> None:
 )
 def test_subset_without_bounds_shape_raises(host: int, chips: list[int]) -> None:
     with pytest.raises(ValueError, match="allowed chip counts"):
-        env(host_chip_count=host, chips=chips)
+        env(chip_count=host, chips=chips)
 
 
 @pytest.mark.parametrize("chips", [[], [0, 0], [4], [-1]])
@@ -219,9 +214,9 @@ def test_env_values_may_name_the_attempts_own_variables() -> None:
 @pytest.mark.parametrize("host", [4, 8])
 def test_each_subset_gets_a_jax_coordinator_port_of_its_own(host: int) -> None:
     for layout in _disjoint_layouts(host):
-        ports = [env(host_chip_count=host, chips=chips)["JAX_COORDINATOR_PORT"]
+        ports = [env(chip_count=host, chips=chips)["JAX_COORDINATOR_PORT"]
                  for chips in layout]
-        libtpu = [env(host_chip_count=host, chips=chips)[k] for chips in layout
+        libtpu = [env(chip_count=host, chips=chips)[k] for chips in layout
                   for k in ("TPU_PROCESS_PORT", "TPU_MESH_CONTROLLER_PORT")]
         assert len(set(ports)) == len(ports) and not set(ports) & set(libtpu), layout
     assert "JAX_COORDINATOR_PORT" not in env(chips=None), "the whole host keeps JAX's default"
@@ -232,9 +227,9 @@ def test_each_subset_gets_a_libtpu_metrics_port_of_its_own(host: int) -> None:
     """libtpu's metrics server binds 8431 in every process unless told otherwise: two
     subset jobs at once would crash-loop on "Address already in use"."""
     for layout in _disjoint_layouts(host):
-        ports = [env(host_chip_count=host, chips=chips)["TPU_RUNTIME_METRICS_PORTS"]
+        ports = [env(chip_count=host, chips=chips)["TPU_RUNTIME_METRICS_PORTS"]
                  for chips in layout]
-        others = [env(host_chip_count=host, chips=chips)[k] for chips in layout
+        others = [env(chip_count=host, chips=chips)[k] for chips in layout
                   for k in ("TPU_PROCESS_PORT", "TPU_MESH_CONTROLLER_PORT", "JAX_COORDINATOR_PORT")]
         assert len(set(ports)) == len(ports) and not set(ports) & set(others), layout
 
@@ -285,8 +280,8 @@ def test_a_slice_jobs_task_is_told_its_seat() -> None:
     type's) and the slice, from the one Seat its agent was given."""
     from tpuq.shapes import Seat
 
-    e = env(gang=Seat("pod-a", 2, "v4-32"), coordinator_port=8476)
+    e = env(seat=Seat("pod-a", 2, "v4-32"), coordinator_port=8476)
     assert (e[jobenv.WORKER_ID], e[jobenv.NUM_WORKERS], e[jobenv.SLICE]) == ("2", "4", "pod-a")
     assert e[jobenv.COORDINATOR_PORT] == "8476"
-    e = env(gang=Seat("pod-b", 1, "", hosts=2))
+    e = env(seat=Seat("pod-b", 1, "", hosts=2))
     assert (e[jobenv.WORKER_ID], e[jobenv.NUM_WORKERS], e[jobenv.SLICE]) == ("1", "2", "pod-b")

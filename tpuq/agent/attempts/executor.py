@@ -104,16 +104,19 @@ class Executor:
 
     def attempt_env(self, spec: AttemptSpec, progress_path: str) -> dict[str, str]:
         whole_host = spec.gang is not None or len(spec.chips) == len(self.chips)
-        return jobenv.build_env(
-            base=self.base_env, job_env=spec.env, job_id=spec.job_id, attempt=spec.attempt,
-            host=self.name, checkpoint_dir=self.checkpoint_dir(spec),
-            resumed=spec.resumed, chips=None if whole_host else list(spec.chips),
-            host_chip_count=len(self.chips), port_base=self.settings.port_base,
-            tcmalloc=spec.tcmalloc, tcmalloc_path=self.settings.tcmalloc_path,
-            stop_signal=spec.stop_signal, progress_file=progress_path, gang=spec.gang,
-            coordinator_port=self.settings.coordinator_port,
+        return jobenv.build_env(self.host_inputs(), jobenv.AttemptInputs(
+            job_env=spec.env, job_id=spec.job_id, attempt=spec.attempt,
+            checkpoint_dir=self.checkpoint_dir(spec), resumed=spec.resumed,
+            chips=None if whole_host else list(spec.chips), tcmalloc=spec.tcmalloc,
+            stop_signal=spec.stop_signal, progress_file=progress_path, seat=spec.gang))
+
+    def host_inputs(self) -> jobenv.HostInputs:
+        """What this host gives every attempt's environment (the probes' too)."""
+        return jobenv.HostInputs(
+            name=self.name, base=self.base_env, chip_count=len(self.chips),
+            port_base=self.settings.port_base, tcmalloc_path=self.settings.tcmalloc_path,
             generation=devices.generation_of(self.tpu_type), host_env=self.host_env,
-        )
+            coordinator_port=self.settings.coordinator_port)
 
     def attempt_done(self, sup: Supervisor) -> None:
         with self._lock:

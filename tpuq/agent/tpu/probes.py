@@ -19,6 +19,7 @@ files' identities, so a restart with nothing changed probes nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -276,12 +277,11 @@ class HostShapes:
         ex = self.executor
         chips = sorted(ex.chips)[:n]
         env = jobenv.build_env(
-            base=ex.base_env, job_env={}, job_id=0, attempt=0, host=ex.name,
-            checkpoint_dir=os.path.join(self.settings.home, "run", "probe"), resumed=False,
-            chips=None if n == self.n else chips, host_chip_count=self.n,
-            port_base=self.settings.port_base, tcmalloc=True,
-            tcmalloc_path=self.settings.tcmalloc_path, generation=self.generation,
-            host_env=ex.host_env)
+            dataclasses.replace(ex.host_inputs(), chip_count=self.n, generation=self.generation),
+            jobenv.AttemptInputs(
+                job_env={}, job_id=0, attempt=0, resumed=False, tcmalloc=True,
+                checkpoint_dir=os.path.join(self.settings.home, "run", "probe"),
+                chips=None if n == self.n else chips))
         env[CHIPS_VAR] = ",".join(map(str, chips))
         env[DEVICES_VAR] = str(n * DEVICES_PER_CHIP.get(self.generation or "", 1))
         return env
