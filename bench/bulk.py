@@ -30,13 +30,15 @@ WARMUP = 1
 
 
 def _held_array(stack: EmbeddedStack, n: int, owner: str) -> list[int]:
+    from tpuq import arrays
     from tpuq.spec import JobSpec
     from tpuq.state import jobs
 
     spec = JobSpec(command=["/bin/true"], cwd=stack.home, owner=owner, team="default",
                    chips=1).validate()
     with stack.db.write() as s:
-        return jobs.submit_array(s, [spec] * n, list(range(n)), None, actor=owner, held=True)
+        return jobs.submit_array(s, arrays.checked_tasks(spec, list(range(n)), []), None,
+                                 actor=owner, held=True)
 
 
 def _run(argv: list[str], env: dict[str, str], cwd: str) -> tuple[float, str]:

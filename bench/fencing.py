@@ -37,7 +37,7 @@ sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 from tests.harness import FakeHost, Stack, fixture_cmd, wait_for  # noqa: E402
 from tpuq.agent.tpu.holders import is_same_process  # noqa: E402
-from tpuq.scheduler.loop import ROLE  # noqa: E402
+from tpuq.scheduler.passes import ROLE  # noqa: E402
 from tpuq.settings import Settings  # noqa: E402
 from tpuq.state import leader  # noqa: E402
 

@@ -57,7 +57,7 @@ def sampling(cmd: list[str]) -> Iterator[None]:
 
 
 def _frame(raw: str) -> str:
-    """'run_pass (tpuq/scheduler/loop.py:63)' -> 'tpuq/scheduler/loop.py:run_pass'."""
+    """'run_pass (tpuq/scheduler/passes.py:63)' -> 'tpuq/scheduler/passes.py:run_pass'."""
     name, _, where = raw.partition(" (")
     path = where.rstrip(")").rsplit(":", 1)[0]
     for marker in ("/site-packages/", "/work/main/", "/lib/python3."):

@@ -9,7 +9,7 @@ Figures, each beside a baseline from the same run:
 - scrape: /metrics' collector, p50 and p95 of SCRAPES scrapes after the first (which
   builds the settled totals once); baseline: the ListJobs handler (what `tpuq status`
   reads) on the same database.
-- scheduler pass while scraping: the leader's read and plan (scheduler/loop.plan_for in a
+- scheduler pass while scraping: the leader's read and plan (scheduler/passes.plan_for in a
   write transaction, rolled back), alternately with another process scraping once a
   second (fifteen times Prometheus' default rate) and with that process stopped.
 - first load: each page's first GET after the server starts, on a second database of
@@ -163,7 +163,7 @@ def passes(db: Database, settings: Settings, n: int) -> tuple[list[float], list[
     alternating, so both halves see the same machine load."""
     from sqlalchemy.orm import Session
 
-    from tpuq.scheduler.loop import plan_for
+    from tpuq.scheduler.passes import plan_for
 
     scraper = subprocess.Popen([sys.executable, __file__, "--scrape-loop", db.url],
                                stdout=subprocess.PIPE)

@@ -235,7 +235,9 @@ class Job:
         return shared_client(self.settings).ask(req, expect)
 
     def info(self) -> ShownJob:
-        """The job object of `tpuq show --json` (the reference's JSON contract)."""
+        """The job object of `tpuq show --json` (the reference's JSON contract), as is:
+        times are ISO 8601 strings in UTC (`datetime.fromisoformat` reads them, and
+        `tpuq.jobjson.epoch` gives epoch seconds), durations as options take them."""
         from tpuq.protocol import JobDetail, ShowJob
 
         return cast("ShownJob", dict(self._ask(ShowJob(id=self.id), JobDetail).job))

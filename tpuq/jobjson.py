@@ -1,26 +1,64 @@
 """The job object: what `tpuq status --json` lists and `tpuq show --json` prints, one type.
 
-The handlers build it (tpuq/api/views.py), the CLI, the dashboard and the Python API read
+The handlers build it (tpuq/api/objects.py), the CLI, the dashboard and the Python API read
 it: they share these TypedDicts, so a key is spelled once and mypy checks every read. The
 contract for scripts is the table in docs/reference.md "The JSON contract"
 (tests/unit/test_docs.py checks it names exactly these keys).
 
-A TypedDict is the dict itself: the protocol's plain JSON object is cast to it (to_json
-and from_json are `typing.cast`, free), nothing is copied or converted. The hot paths
-(`status`, the handlers) import these types for the type checker only, so `tpuq status`
-pays nothing for them. Times are epoch seconds, as the database keeps them. Stdlib only.
+A TypedDict is the dict itself: the protocol's plain JSON object is cast to it, nothing
+is copied. What the protocol carries is what scripts read, typed for them: times are ISO
+8601 in UTC (`iso_time`, as `tpuq history --json` gives them), durations are written as
+options take them (`format_duration`: `1h30m`), names and chip counts are filled. A
+reader that computes with a time turns it back with `epoch`. The Python API's
+`Job.info()` returns this same object. Stdlib only: speaking it costs nothing.
 """
 
 from __future__ import annotations
 
+import time
+from datetime import datetime
 from typing import Any, TypedDict
+
+Time = str  # ISO 8601, UTC, to the second: 2026-11-26T15:04:05+00:00
+Duration = str  # as options take it: 1h30m, 45s, 1d2h
+
+
+def iso_time(t: float | None) -> Time | None:
+    """Epoch seconds as the JSON contract writes a time (None stays None)."""
+    if t is None:
+        return None
+    # datetime.isoformat(timespec="seconds") of UTC, in a third of its time: status
+    # writes one or more for each of 10,000 jobs
+    return time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(t))
+
+
+def epoch(t: Time | float | None) -> float | None:
+    """A contract time (or epoch seconds already) as epoch seconds, to compute with."""
+    if t is None or isinstance(t, (int, float)):
+        return t
+    return datetime.fromisoformat(t.replace("Z", "+00:00")).timestamp()
+
+
+def format_duration(seconds: float) -> Duration:
+    """Seconds in the options' own terms, exact to the millisecond, for scripts to
+    read back: 3600 -> '1h', 5400 -> '1h30m', 90061.25 -> '1d1h1m1.25s', 0 -> '0s'."""
+    ms = round(max(0.0, seconds) * 1000)
+    parts = []
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000)):
+        n, ms = divmod(ms, size)
+        if n:
+            parts.append(f"{n}{unit}")
+    if ms or not parts:
+        whole, frac = divmod(ms, 1000)
+        parts.append(f"{whole}.{frac:03d}".rstrip("0").rstrip(".") + "s" if frac else f"{whole}s")
+    return "".join(parts)
 
 
 class JobObject(TypedDict):
     """Every job object has these keys (None where the job has no such value yet)."""
 
     id: int
-    name: str | None  # --name; None: shown as its script's file name
+    name: str  # its --name, else its script's (or command's) file name
     state: str  # a JobState value (tpuq/state/states.py)
     attempts: int  # attempts started so far
     host: str | None  # where it runs or last ran
@@ -30,33 +68,34 @@ class JobObject(TypedDict):
     cwd: str
     owner: str
     team: str
-    chips: int | None  # None: the whole host
+    chips: int | None  # a whole-host job: its latest attempt's host's (None: no host yet)
+    whole_host: bool  # asked for the whole host
     tpu_type: str | None  # None: any type
     priority: int
     preemptions: int
     failures: int
     max_retries: int
-    submitted_at: float
-    ended_at: float | None
+    submitted_at: Time
+    ended_at: Time | None
     reason: str | None  # why it last changed state
     waiting_for: str | None  # a queued job: what it waits for
     resubmit_of: int | None
     stop_signal: str
-    grace_s: float
-    time_limit_s: float | None
+    grace: Duration
+    time_limit: Duration | None
     stop_request: str | None  # a StopRequest value while a stop is under way
     notify: str | None
     array_id: int | None
     array_index: int | None
     env_dropped: list[str]  # TPU variables of the submitter's shell the job does not get
-    started_at: float | None  # the latest attempt's (status)
+    started_at: Time | None  # the latest attempt's (status)
     step: int | None  # its last reported checkpoint step (status)
-    step_at: float | None
+    step_at: Time | None
     total: int | None  # the step count it expects (status)
-    eta_at: float | None  # when it should end, from its steps (status)
+    eta_at: Time | None  # when it should end, from its steps (status)
     checkpoint_dir: str | None
     checkpoint_host: str | None  # the host holding its checkpoints, if only that one can
-    begin_at: float | None  # --begin: not started before this
+    begin_at: Time | None  # --begin: not started before this
     output: str | None  # --output: its template (%j, %a...)
     option_sources: dict[str, str]  # option -> "#TPUQ", "command line" or "environment"
     session: bool  # an interactive session (`tpuq run`)
@@ -66,7 +105,7 @@ class ListedJob(JobObject, total=False):
     """A job of `status --start`: when it should start, and its place in the queue;
     `tasks`: an array's waiting tasks the agent folded into this row (their indices)."""
 
-    expected_start: float | None  # None: no estimate can be given (waiting_for says why)
+    expected_start: Time | None  # None: no estimate can be given (waiting_for says why)
     position: int  # 1 = the next the scheduler considers
     tasks: list[int]
 
@@ -77,17 +116,17 @@ class AttemptObject(TypedDict):
     chips: list[int]
     pid: int | None
     boot_id: str | None
-    started_at: float | None
-    ended_at: float | None
+    started_at: Time | None
+    ended_at: Time | None
     outcome: str | None  # an Outcome value; None while it runs
     exit_code: int | None
     exit_signal: int | None
     reason: str | None
     log_path: str | None
     checkpoint_step: int | None
-    checkpoint_at: float | None
+    checkpoint_at: Time | None
     checkpoint_total: int | None
-    eta_at: float | None
+    eta_at: Time | None
     started_over: str | None
 
 
@@ -107,15 +146,15 @@ class NotificationObject(TypedDict):
     event: str  # the job's new state, or "preempted", "restarted"
     state: str  # pending, sent, failed, skipped
     tries: int
-    at: float
-    sent_at: float | None
+    at: Time
+    sent_at: Time | None
     error: str | None
     detail: str | None
 
 
 # "from" is a keyword: the functional form
 EventObject = TypedDict("EventObject", {
-    "at": float, "from": "str | None", "to": str, "attempt": int, "reason": "str | None",
+    "at": Time, "from": "str | None", "to": str, "attempt": int, "reason": "str | None",
     "actor": "str | None"})
 
 

@@ -46,8 +46,10 @@ MAX_TASKS = 100_000  # tasks of one array (`--array`)
 # any request that has one, and such a client any reply that has one, so both hear it
 # without "v". Raise PROTOCOL when a message changes shape; while OLDEST < PROTOCOL, an
 # agent's replies must stay readable by OLDEST's clients (docs/upgrading.md).
-PROTOCOL = 2
-OLDEST = 2
+# 3: the job object's times are ISO 8601 and its durations written as options take them
+# (`grace`, `time_limit`), its name and whole-host chips filled (tpuq/jobjson.py)
+PROTOCOL = 3
+OLDEST = 3
 UNVERSIONED = 1
 
 
@@ -263,13 +265,15 @@ class ForgetHost(Request):
 
 
 class Update(Request):
-    """Change a queued or held job's priority or time limit (its owner, or an admin)."""
+    """Change a queued or held job's priority, time limit or --begin time (its owner, or
+    an admin)."""
 
     OP: ClassVar[str] = "update"
     MUTATES: ClassVar[bool] = True
     id: int = 0
     priority: int | None = None
     time_limit_s: float | None = None
+    begin_at: float | None = None  # not started before this (epoch s); a past time: now
 
 
 class History(Request):
@@ -644,8 +648,22 @@ def is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+# an integer on the wire fits the database's 64-bit integers: a larger one would fail in
+# the database driver (SQLite's OverflowError), deep in a handler, not as a refusal
+WIRE_INT = (-(2 ** 63), 2 ** 63 - 1)
+
+
+def _wire_int(v: Any) -> bool:
+    return is_int(v) and WIRE_INT[0] <= v <= WIRE_INT[1]
+
+
 def _is_number(v: Any) -> bool:
-    return is_int(v) or (isinstance(v, float) and math.isfinite(v))
+    return _wire_int(v) or (isinstance(v, float) and math.isfinite(v))
+
+
+def _one_of(enum: type[Enum]) -> Callable[[Any], bool]:
+    values = frozenset(e.value for e in enum)
+    return lambda v: isinstance(v, str) and v in values  # a dict or list is no member
 
 
 def _list_of(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
@@ -663,19 +681,25 @@ def _any(v: Any) -> bool:
 _CHECKS: dict[str, Callable[[Any], bool]] = {
     "str": lambda v: isinstance(v, str),
     "bool": lambda v: isinstance(v, bool),
-    "int": is_int,
+    "int": _wire_int,
     "float": _is_number,
     "dict[str, Any]": _dict_of(_any),
     "dict[str, str]": _dict_of(lambda v: isinstance(v, str)),
-    "list[int]": _list_of(is_int),
+    "list[int]": _list_of(_wire_int),
     "list[str]": _list_of(lambda v: isinstance(v, str)),
     "list[list[str]]": _list_of(_list_of(lambda v: isinstance(v, str))),
-    "list[list[int]]": _list_of(_list_of(is_int)),
+    "list[list[int]]": _list_of(_list_of(_wire_int)),
     "list[dict[str, Any]]": _list_of(lambda v: isinstance(v, dict)),
-    "Failure": lambda v: v in {f.value for f in Failure},
-    "Action": lambda v: v in {a.value for a in Action},
+    "Failure": _one_of(Failure),
+    "Action": _one_of(Action),
 }
 _ENUMS: dict[str, type[Enum]] = {"Failure": Failure, "Action": Action}
+
+
+def _too_large(v: Any) -> bool:
+    if isinstance(v, list):
+        return any(_too_large(x) for x in v)
+    return is_int(v) and not _wire_int(v)
 
 
 def checked(value: Any, kind: str, where: str) -> Any:
@@ -687,6 +711,8 @@ def checked(value: Any, kind: str, where: str) -> Any:
         options.remove("None")
     (kind,) = options
     if not _CHECKS[kind](value):
+        if _too_large(value):
+            raise ProtocolError(f"{where} holds an integer out of range (64-bit)")
         raise ProtocolError(f"{where} must be {kind}, not {type(value).__name__}")
     enum = _ENUMS.get(kind)
     return enum(value) if enum is not None else value

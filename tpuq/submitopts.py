@@ -233,7 +233,9 @@ class Resubmission:
         return spec
 
 
-def update_fields(priority: int | None, time_limit: str | float | None
-                  ) -> tuple[int | None, float | None]:
-    """`tpuq update`'s changes, in the spec's units (checked by spec.check_update)."""
-    return priority, None if time_limit is None else seconds(time_limit)
+def update_fields(priority: int | None, time_limit: str | float | None,
+                  begin: str | float | None = None
+                  ) -> tuple[int | None, float | None, float | None]:
+    """`tpuq update`'s changes, in the spec's units (checked by spec.check_update):
+    priority, time limit (seconds), --begin (epoch seconds, read as submit reads it)."""
+    return priority, None if time_limit is None else seconds(time_limit), begin_time(begin)

@@ -11,6 +11,9 @@ from typing import Any
 
 import pytest
 
+from tpuq.jobjson import iso_time
+from tpuq.spec import job_label
+
 NOW = 1_800_000_000.0
 
 
@@ -22,11 +25,15 @@ def job(id_: int, state: str, **over: Any) -> dict[str, Any]:
         "cwd": "/home/ada/proj", "owner": "ada", "team": "vision", "chips": None,
         "tpu_type": None, "priority": 0, "preemptions": 0, "failures": 0, "max_retries": 0,
         "submitted_at": NOW - 600, "ended_at": None, "reason": None, "waiting_for": None,
-        "resubmit_of": None, "stop_signal": "SIGTERM", "grace_s": 30.0,
-        "time_limit_s": None, "stop_request": None, "notify": None, "array_id": None,
+        "resubmit_of": None, "stop_signal": "SIGTERM", "grace": "30s",
+        "time_limit": None, "stop_request": None, "notify": None, "array_id": None,
         "array_index": None, "started_at": None, "step": None, "step_at": None,
         "total": None, "eta_at": None}
     base.update(over)
+    base["whole_host"] = base["chips"] is None
+    base["name"] = job_label(base["name"], base["command"])
+    for key in ("submitted_at", "ended_at", "started_at", "step_at", "eta_at"):
+        base[key] = iso_time(base[key])  # the job object's times (tpuq/jobjson.py)
     return base
 
 

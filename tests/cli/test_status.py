@@ -8,6 +8,7 @@ import json
 import pytest
 
 from tests.harness import fixture_cmd
+from tpuq.jobjson import epoch
 
 
 def lines(stack, *args: str, width: int) -> list[str]:  # type: ignore[no-untyped-def]
@@ -74,7 +75,7 @@ def test_status_start_says_when_each_waiting_job_starts_or_why_not(stack, host, 
     shown = {j["id"]: j for j in json.loads(stack.tpuq("status", "--start", "--json").stdout)}
     assert set(shown) == {after}  # waiting jobs only
     started_at = stack.attempts(running)[-1].started_at
-    assert shown[after]["expected_start"] == pytest.approx(started_at + 7200, abs=1)
+    assert epoch(shown[after]["expected_start"]) == pytest.approx(started_at + 7200, abs=1)
     assert shown[after]["position"] == 1
     rows = lines(stack, "--start", width=200)
     assert rows[0].split()[:8] == ["ID", "NAME", "USER", "STATE", "CHIPS", "TIME", "START",

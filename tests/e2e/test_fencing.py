@@ -19,7 +19,7 @@ from tests import records
 from tests.harness import FIXTURES, AgentProc, FakeHost, Stack, fixture_cmd, wait_for
 from tests.services import TcpProxy
 from tpuq.agent.tpu.holders import is_same_process
-from tpuq.scheduler.loop import ROLE
+from tpuq.scheduler.passes import ROLE
 from tpuq.state import hosts, leader, queries
 
 CHIPS = 4

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from tests.harness import Stack, fixture_cmd, wait_for
+from tpuq.jobjson import epoch
 
 
 def running(stack: Stack, fixture: str, gate: Any, step: int) -> tuple[int, dict[str, Any]]:
@@ -42,7 +43,7 @@ def test_a_job_that_reports_its_total_gets_an_eta(stack, host, tmp_path):
     job, att = running(stack, "eta_job.py", gate, 20)
     assert att["checkpoint_total"] == 100
     # 10 steps in about 0.2 s: 80 more take about 1.6 s after the last report
-    assert 0.8 < att["eta_at"] - att["checkpoint_at"] < 30
+    assert 0.8 < epoch(att["eta_at"]) - epoch(att["checkpoint_at"]) < 30
     assert "step 20/100, ETA " in status_row(stack, job)
     assert "last checkpoint step 20/100 at " in stack.tpuq("show", str(job)).stdout
     gate.touch()

@@ -13,6 +13,7 @@ import pytest
 
 from tests.e2e.conftest import TRAIN_ARGS, free_port
 from tests.harness import ROOT, fixture_cmd, step_delay, wait_for
+from tpuq.jobjson import epoch
 
 EXAMPLES = ROOT / "examples"
 TERMINATE = "TERMINATE_ON_HOST_MAINTENANCE"
@@ -160,7 +161,7 @@ def test_show_says_when_preempted_last_checkpoint_and_lost_time(stack, host, tmp
     assert re.search(r"lost \S+ of work", text), text
     obj = show_json(stack, job_id)["attempt_list"][0]
     assert obj["outcome"] == "preempted" and obj["checkpoint_step"] == first.checkpoint_step
-    assert obj["ended_at"] >= obj["checkpoint_at"]
+    assert epoch(obj["ended_at"]) >= epoch(obj["checkpoint_at"])
     stack.wait_state(job_id, "succeeded", timeout=60)
 
 

@@ -1,5 +1,6 @@
 """SLURM habits: `--after` and `tpuq wait` of an array's id mean every task (ID_N one
-task), `--begin` holds a job until its time, `--output` writes a file of the owner's
+task), `--begin` holds a job until its time (`tpuq update --begin` moves it, `now` lets
+it start), `--output` writes a file of the owner's
 (never through a planted link), `#TPUQ` lines in a script set options the command line
 overrides, and `--notify start` tells of each start."""
 
@@ -70,6 +71,34 @@ def test_begin_holds_a_job_until_its_time_with_the_reason(stack, host):
     assert stack.job(later).state == "queued" and not stack.attempts(later)
     r = stack.tpuq("submit", "--begin", "25:00", "--", "/bin/true", check=False)
     assert (r.returncode, r.stderr) == (2, "tpuq: error: --begin '25:00': not a time of day\n")
+
+
+def test_update_begin_moves_a_waiting_jobs_time_and_now_lets_it_start(stack, host, tmp_path):
+    stack.start_agent(host)
+    gate = tmp_path / "gate"
+    running = stack.submit("--chips", "1", *fixture_cmd("wait_file.py", gate))
+    stack.wait_process(running)
+    job = stack.submit("--chips", "1", "--begin", "+1h", "--", "/bin/true")
+    r = stack.tpuq("update", str(job), "--begin", "2099-01-01T00:00")
+    assert r.stdout.startswith(f"job {job}: updated: begin 2099-"), r.stdout
+    wait_for(lambda: reason(stack, job) == "begins at 2099-01-01 00:00 (--begin)",
+             30, "the reason says when")
+    (listed,) = [j for j in json.loads(stack.tpuq("status", "--json").stdout)
+                 if j["id"] == job]
+    assert listed["state"] == "queued"
+    assert listed["begin_at"][:10] in ("2098-12-31", "2099-01-01")  # local midnight, in UTC
+    assert stack.job(job).state == "queued" and not stack.attempts(job)
+    stack.tpuq("update", str(job), "--begin", "now")
+    stack.wait_state(job, "succeeded", timeout=30)
+    for when in ("+1h", "now"):  # it started: refused in one line
+        r = stack.tpuq("update", str(running), "--begin", when, check=False)
+        assert r.returncode != 0 and r.stderr == \
+            f"tpuq: error: job {running} is running: only a queued or held job changes\n"
+    r = stack.tpuq("update", str(running), "--begin", "25:00", check=False)
+    assert (r.returncode, r.stderr) == (2, "tpuq: error: --begin '25:00': not a time of day\n")
+    assert stack.job(running).begin_at is None
+    gate.touch()
+    stack.wait_state(running, "succeeded")
 
 
 def test_output_goes_to_a_file_of_the_owner_never_through_a_link(stack, host, tmp_path):

@@ -19,7 +19,7 @@ import pytest
 
 from tests.harness import FakeHost, Stack, fixture_cmd, wait_for
 from tests.services import free_port
-from tpuq.scheduler.loop import ROLE
+from tpuq.scheduler.passes import ROLE
 from tpuq.state import attempts, leader
 from tpuq.state.models import Job, Leader
 

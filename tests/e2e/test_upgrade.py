@@ -27,6 +27,7 @@ from sqlalchemy import text
 
 from tests import releases
 from tests.harness import AgentProc, FakeHost, Stack, fixture_cmd, wait_for
+from tpuq import protocol
 from tpuq.state.db import SCHEMA_HEAD
 
 # a hand-over must end within the jobs' leases (their keepers stop jobs whose agent stays
@@ -221,7 +222,8 @@ def test_a_tpuq_newer_than_its_agent_is_told_so_and_nothing_is_done(
     r = stack.tpuq("submit", "--", "/bin/true", check=False)
     line = one_line(r.stderr)
     assert r.returncode == 1, r.stderr
-    assert "agent is older than this tpuq (socket protocol 1, this tpuq 2)" in line, line
+    assert f"agent is older than this tpuq (socket protocol 1, this tpuq {protocol.PROTOCOL})" \
+        in line, line
     assert "nothing was done" in line and "upgrade the agent" in line, line
     assert jobs_in(stack) == 0
 
@@ -235,6 +237,7 @@ def test_a_tpuq_older_than_its_agent_is_refused_in_one_line_and_nothing_is_done(
     r = stack.tpuq("submit", "--", "/bin/true", check=False, command=previous)
     line = one_line(r.stderr)
     assert r.returncode != 0 and "garbled" not in line and "may or may not" not in line, line
-    assert "this tpuq speaks socket protocol 1, this host's agent 2..2: nothing was done" \
+    served = f"{protocol.OLDEST}..{protocol.PROTOCOL}"
+    assert f"this tpuq speaks socket protocol 1, this host's agent {served}: nothing was done" \
         in line and "upgrade tpuq where you ran it" in line, line
     assert jobs_in(stack) == 0

@@ -109,12 +109,12 @@ def test_setup_runs_redis_and_postgresql_on_host_0(fake_pod: FakePod, db_name: s
 
 
 def test_the_packaged_startup_script_is_the_kits_and_services_sh_is_clean() -> None:
-    from tpuq.pod import setup as pod_setup
+    from tpuq.pod import provision
 
-    assert pod_setup.STARTUP_SCRIPT.resolve() == (ROOT / "workers" / "startup-script.sh").resolve()
+    assert provision.STARTUP_SCRIPT.resolve() == (ROOT / "workers" / "startup-script.sh").resolve()
     if shutil.which("shellcheck") is None:
         pytest.skip("shellcheck not installed (.ci/run installs it)")
-    r = subprocess.run(["shellcheck", str(pod_setup.SERVICES_SCRIPT)], capture_output=True,
+    r = subprocess.run(["shellcheck", str(provision.SERVICES_SCRIPT)], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 0, r.stdout
 

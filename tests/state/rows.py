@@ -14,6 +14,6 @@ def register_host(s: Session, name: str, *, tpu_type: str | None = "v4-8",
                   home: str = "/home") -> hosts.Held:
     """A host registered by an agent on `machine` with state directory `home`."""
     held = hosts.Held(name, f"{name}-{machine}-{home}")
-    hosts.register(s, held, hosts.Holder(machine, home), tpu_type=tpu_type, chips=chips,
+    hosts.register(s, held, hosts.AgentHome(machine, home), tpu_type=tpu_type, chips=chips,
                    boot_id="b", agent_pid=1, stale_s=30.0)
     return held

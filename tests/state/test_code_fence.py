@@ -13,7 +13,7 @@ from sqlalchemy import insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from tests.state.rows import register_host
-from tpuq.scheduler.loop import ROLE
+from tpuq.scheduler.passes import ROLE
 from tpuq.spec import JobSpec
 from tpuq.state import attempts, hosts, jobs, leader
 from tpuq.state.db import SCHEMA_HEAD, Database, SchemaError

@@ -76,7 +76,7 @@ def test_the_reaper_ends_the_rows_of_an_attempt_nobody_reports_on(db):
 def test_a_worker_stopped_by_tpuq_says_why_and_its_own_end_stays_its_own(db):
     with db.write() as s:
         job = running_gang(s)
-        assert gangs.request_stop(s, job, 1, "worker 1 (w1) ended (exit 3): stopping the gang")
+        assert gangs.stop_gang(s, job, 1, "worker 1 (w1) ended (exit 3): stopping the gang")
         own = gangs.ended(s, job, 1, 1, Ending(Outcome.FAILED, "exited 3", 3, untouched=True))
         killed = gangs.ended(s, job, 1, 0, Ending(Outcome.FAILED, "killed by signal 9",
                                                   None, 9))

@@ -34,7 +34,7 @@ def test_the_same_agent_restarting_takes_its_name_back_and_its_old_self_is_fence
         assert hosts.set_draining(s, "h", True)
     with db.write() as s:
         held = hosts.Held("h", "restarted")
-        assert hosts.register(s, held, hosts.Holder("vm-1", "/srv/a"), tpu_type="v4-8",
+        assert hosts.register(s, held, hosts.AgentHome("vm-1", "/srv/a"), tpu_type="v4-8",
                               chips=[0, 1, 2, 3], boot_id="b", agent_pid=2, stale_s=30) is None
     with db.write() as s:
         assert not old.heartbeat(s)
@@ -52,13 +52,13 @@ def test_a_silent_or_stopped_holder_is_taken_over_with_a_warning(db):
         gone.stopped(s)
     with db.write() as s:
         held = hosts.Held("h", "new-vm")
-        warning = hosts.register(s, held, hosts.Holder("vm-2", "/srv/a"), tpu_type="v4-8",
+        warning = hosts.register(s, held, hosts.AgentHome("vm-2", "/srv/a"), tpu_type="v4-8",
                                  chips=[0, 1], boot_id="b", agent_pid=3, stale_s=30)
     assert warning is not None and "was held by machine vm-1" in warning
     with db.write() as s:
         assert held.heartbeat(s) and not gone.heartbeat(s)
     with db.write() as s:  # silent: stale at once with stale_s 0
-        assert hosts.register(s, hosts.Held("h", "third"), hosts.Holder("vm-3", "/x"),
+        assert hosts.register(s, hosts.Held("h", "third"), hosts.AgentHome("vm-3", "/x"),
                               tpu_type=None, chips=[0], boot_id="c", agent_pid=4,
                               stale_s=0.0) is not None
         assert not held.heartbeat(s)

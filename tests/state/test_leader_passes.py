@@ -3,7 +3,7 @@ as tpuq_scheduler_pass_seconds): counted from 0 for each tenure."""
 
 from __future__ import annotations
 
-from tpuq.scheduler.loop import ROLE, Scheduler
+from tpuq.scheduler.passes import ROLE, Scheduler
 from tpuq.settings import Settings
 from tpuq.state import aggregates
 

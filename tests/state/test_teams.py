@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import insert
 
 from tests.state.rows import register_host
-from tpuq.scheduler import loop
+from tpuq.scheduler import passes
 from tpuq.settings import Settings
 from tpuq.spec import JobSpec, SpecError
 from tpuq.state import jobs, snapshot, teams, usage
@@ -119,7 +119,7 @@ def test_scheduler_views_carry_limits_usage_and_time_estimates(db):
         job_id = jobs.submit(s, spec("vision", chips=1, time_limit_s=2 * H))
     with db.read() as s:
         snap = snapshot.read(s, host_stale_s=60.0, half_life_h=168.0)
-    job_views, _, team_views = loop.views(snap)
+    job_views, _, team_views = passes.views(snap)
     assert [j.est_hours for j in job_views if j.id == job_id] == [2.0]
     v = team_views["vision"]
     assert (v.share, v.max_chips, v.max_chips_per_user, dict(v.max_chips_by_type)) == \
@@ -139,7 +139,7 @@ def test_over_quota_team_waits_with_the_reason_in_words(db):
         ok = jobs.submit(s, spec("other", chips=1))
     cfg = Settings(host_stale_s=60.0)
     with db.read() as s:
-        _, plan = loop.plan_for(s, cfg)
+        _, plan = passes.plan_for(s, cfg)
     assert [a.job_id for a in plan.assignments] == [ok]
     assert plan.waiting[v] == "team vision at 0/0 chips"
     assert plan.waiting[n].startswith("weekly budget spent, resets Mon 00:00")

@@ -9,7 +9,8 @@ import pytest
 from sqlalchemy import select
 
 from tests.state.rows import register_host
-from tpuq.scheduler.loop import Scheduler
+from tpuq.scheduler.passes import Scheduler
+from tpuq.scheduler.reaper import Reaper
 from tpuq.settings import Settings
 from tpuq.spec import JobSpec
 from tpuq.state import attempts, jobs, snapshot
@@ -175,22 +176,23 @@ def test_reaper_takes_only_leases_still_expired_a_grace_later(db):
     sched = Scheduler(db, Settings(lease_s=0.3), "leader", dispatch=lambda *_: None)
     sched.keep_lease()
     assert sched.leading
-    assert sched.reap() == [], "a first sight of an expired lease is only a suspect"
+    reaper = Reaper(db, sched.settings, sched.has_lease)
+    assert reaper.reap() == [], "a first sight of an expired lease is only a suspect"
     with db.write() as s:
         assert attempts.renew(s, live, 1, "h1", 30).held  # h1 is back and renews
     with db.write() as s:
         assert attempts.expired_leases(s) == {(dead, 1)}
-    requeued = wait_for_reap(sched)
+    requeued = wait_for_reap(reaper)
     assert requeued == [dead]
     with db.read() as s:
         assert s.get(Job, live).state == "running"
         assert s.get(Job, dead).state == "queued"
 
 
-def wait_for_reap(sched) -> list[int]:
+def wait_for_reap(reaper: Reaper) -> list[int]:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        if done := sched.reap():
+        if done := reaper.reap():
             return done
         time.sleep(0.05)  # polling the reaper, as its ticker does; the grace is 0.1 s
     raise AssertionError("the reaper never took the silent host's job")

@@ -27,14 +27,20 @@ def test_replies_round_trip(msg: protocol.Reply) -> None:
 
 
 @pytest.mark.parametrize(("raw", "says"), [
-    (b'{"op": "shutdown", "v": 2}', "unknown request 'shutdown'"),
-    (b'{"op": 3, "v": 2}', "unknown request 3"),
-    (b'{"no": "op", "v": 2}', "unknown request None"),
-    (b'{"op": "ping", "extra": 1, "v": 2}', "unknown fields 'extra'"),
-    (b'{"op": "submit", "held": "yes", "v": 2}', "submit.held must be bool"),
-    (b'{"op": "submit", "spec": [1], "v": 2}', "submit.spec must be dict"),
-    (b'{"op": "wake", "deployment": 5, "v": 2}', "wake.deployment must be str"),
+    (b'{"op": "shutdown", "v": 3}', "unknown request 'shutdown'"),
+    (b'{"op": 3, "v": 3}', "unknown request 3"),
+    (b'{"no": "op", "v": 3}', "unknown request None"),
+    (b'{"op": "ping", "extra": 1, "v": 3}', "unknown fields 'extra'"),
+    (b'{"op": "submit", "held": "yes", "v": 3}', "submit.held must be bool"),
+    (b'{"op": "submit", "spec": [1], "v": 3}', "submit.spec must be dict"),
+    (b'{"op": "wake", "deployment": 5, "v": 3}', "wake.deployment must be str"),
     (b'{"op": "ping", "deployment": NaN}', "NaN is not a number JSON allows"),
+    # found by the socket fuzzer: each reached a handler and raised there
+    (b'{"op": "control", "action": {"a": 1}, "v": 3}', "control.action must be Action, not dict"),
+    (b'{"op": "control", "action": ["cancel"], "v": 3}', "control.action must be Action"),
+    (b'{"op": "show", "id": 9223372036854775808, "v": 3}', "show.id holds an integer out of range"),
+    (b'{"op": "control", "ids": [1, -9223372036854775809], "v": 3}',
+     "control.ids holds an integer out of range"),
     (b'[1, 2]', "a message is a JSON object"),
     (b'\xff\xfe', "not JSON"),
     (b"[" * 100_000 + b"]" * 100_000, "nested deeper than 32"),

@@ -99,7 +99,17 @@ def test_a_resubmission_by_another_takes_their_environment():
 
 
 def test_update_fields_use_the_same_durations():
-    assert update_fields(3, "2h") == (3, 7200.0) and update_fields(None, None) == (None, None)
+    assert update_fields(3, "2h") == (3, 7200.0, None)
+    assert update_fields(None, None) == (None, None, None)
+
+
+def test_update_fields_read_begin_as_submit_does(monkeypatch):
+    monkeypatch.setattr("time.time", lambda: 1_000_000.0)
+    assert update_fields(None, None, "+2h")[2] == 1_000_000.0 + 7200
+    assert update_fields(None, None, "now")[2] == 1_000_000.0
+    assert update_fields(None, None, 5.0)[2] == 5.0
+    with pytest.raises(SpecError, match="--begin '25:00': not a time of day"):
+        update_fields(None, None, "25:00")
 
 
 def test_the_cli_and_the_python_api_make_the_same_spec(tmp_path, monkeypatch):

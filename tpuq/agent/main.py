@@ -35,7 +35,8 @@ from tpuq.agent.signals import StopSignals
 from tpuq.agent.teamlink import TeamLink
 from tpuq.agent.tpu import devices, libtpu
 from tpuq.agent.tpu.probes import HostShapes
-from tpuq.scheduler.loop import Scheduler
+from tpuq.scheduler.passes import Scheduler
+from tpuq.scheduler.reaper import Reaper
 from tpuq.settings import Settings
 from tpuq.state import attempts, gangs, hosts, jobs, outage
 from tpuq.state.attempts import Ending
@@ -98,8 +99,8 @@ def warn_without_hugepages(path: str) -> bool:
     return True
 
 
-def holder_of(settings: Settings) -> hosts.Holder:
-    """This agent as a host name's holder: its machine (systemd's machine id, stable
+def agent_home(settings: Settings) -> hosts.AgentHome:
+    """What makes this agent itself for a host name's row: its machine (systemd's machine id, stable
     across reboots, new on a re-created VM) and its state directory."""
     try:
         with open(settings.machine_id_file) as f:
@@ -109,7 +110,7 @@ def holder_of(settings: Settings) -> hosts.Holder:
                          "(set TPUQ_MACHINE_ID_FILE)") from None
     if not machine:
         raise AgentError(f"{settings.machine_id_file} is empty (set TPUQ_MACHINE_ID_FILE)")
-    return hosts.Holder(machine[:64], os.path.realpath(settings.home))
+    return hosts.AgentHome(machine[:64], os.path.realpath(settings.home))
 
 
 class Agent:
@@ -118,7 +119,7 @@ class Agent:
         self.db = db
         self.name = settings.host
         self.boot_id = read_boot_id(settings.boot_id_file)
-        self.holder = holder_of(settings)
+        self.home = agent_home(settings)
         # every write of the host row names this start of the agent (state/hosts.py)
         self.held = hosts.Held(self.name, uuid.uuid4().hex)
         chips = find_chips(settings)
@@ -156,6 +157,7 @@ class Agent:
         # own lease at once, and only one agent holds a host name (hosts.register)
         self.scheduler = Scheduler(db, settings, self.name, dispatch=self.dispatch,
                                    on_lead=lambda: self.sched_ticker.wake())
+        self.reaper = Reaper(db, settings, self.scheduler.has_lease)
         self.waker: Any = None  # wakes other agents through the broker, team deployment only
         # consumer, wake-up listener, log shipping, broker accounts: team deployment only
         self.team = None if settings.embedded else TeamLink(
@@ -265,7 +267,7 @@ class Agent:
         try:
             with self.db.write() as s:
                 took_over = hosts.register(
-                    s, self.held, self.holder, tpu_type=self.tpu_type,
+                    s, self.held, self.home, tpu_type=self.tpu_type,
                     chips=[c.index for c in self.chips], boot_id=self.boot_id,
                     agent_pid=os.getpid(), stale_s=self.settings.host_stale_s,
                     seat=self.seat, unavailable=self.shapes.initial(),
@@ -323,7 +325,7 @@ class Agent:
             log.debug("not announced: %s is not writable", self.settings.announce_dir)
 
     def _reap(self) -> None:
-        if self.scheduler.reap():
+        if self.reaper.reap():
             self.sched_ticker.wake()  # the requeued jobs go elsewhere now, not next poll
 
     def _schedule(self) -> None:

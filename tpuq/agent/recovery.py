@@ -96,7 +96,7 @@ def _end_gang_tasks(executor: Executor) -> None:
                                 retry_backoff_s=backoff,
                                 host_retries=executor.settings.host_error_retries)
             else:
-                gangs.request_stop(s, job_id, attempt, f"{why}: stopping the gang")
+                gangs.stop_gang(s, job_id, attempt, f"{why}: stopping the gang")
         log.warning("job %s attempt %s: %s", job_id, attempt, why)
 
 

@@ -7,6 +7,6 @@ deployment answers, as a caller the database names.
 
 - `caller.py`    who asks, whether an admin, and the refusals
 - `handlers.py`  the Api: one method per request
-- `views.py`     rows as the JSON objects the CLI prints (secrets masked)
+- `objects.py`   rows as the JSON objects the CLI prints (secrets masked)
 - `logs.py`      a job's output from where it is (its host's file, or Redis)
 """

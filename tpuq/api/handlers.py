@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from tpuq import arrays, runfn
-from tpuq.api import logs, views
+from tpuq.api import logs, objects
 from tpuq.api.caller import Caller, Denied, not_found, owned_job, require_admin
 from tpuq.fleet import costs, report
 from tpuq.protocol import (
@@ -155,7 +155,7 @@ class Api:
                     req.function, spec, array=bool(req.array)))
             deps.add(s, tasks, deps.resolve(s, req.after, req.after_tasks),
                      deps.resolve(s, req.after_any, req.after_any_tasks, "--after-any"))
-            warnings += [f"warning: {views.budget_object(r)['says']}"
+            warnings += [f"warning: {objects.budget_object(r)['says']}"
                          for r in logusage.over_budget(s, caller.name)]
         return Submitted(id=tasks[0], tasks=tasks if req.array else [], warnings=warnings)
 
@@ -181,7 +181,7 @@ class Api:
                     deps.add(s, [job_id], deps.resolve(s, e.after, []),
                              deps.resolve(s, e.after_any, [], "after_any"))
             warnings = [w for ws in admitted.values() for w in ws]
-            warnings += [f"warning: {views.budget_object(r)['says']}"
+            warnings += [f"warning: {objects.budget_object(r)['says']}"
                          for r in logusage.over_budget(s, caller.name)]
         return Submitted(id=ids[0], tasks=ids, warnings=list(dict.fromkeys(warnings)))
 
@@ -213,16 +213,17 @@ class Api:
             fleet = report.waiting_lines(s)
             over: dict[str, list[dict[str, Any]]] = {}
             for r in logusage.over_budget(s):
-                over.setdefault(r.place, []).append(views.budget_object(r))
+                over.setdefault(r.place, []).append(objects.budget_object(r))
         queued = any(r.state == JobState.QUEUED for r in rows)
         reasons = self.reasons() if queued and not req.starts else {}
         starts = self.starts() if queued and req.starts else {}
         stale = self.settings.host_stale_s
         return JobList(jobs=cast("list[dict[str, Any]]", [
-            views.listed_job(r, waiting=reasons.get(r.id), current=current.get(r.id),
-                             start=starts.get(r.id), tasks=tasks.get(r.id) if tasks else None)
-            for r in rows]),
-                       hosts=[views.host_object(h, j, now, stale, min_code, over.get(h.name))
+            objects.listed_job(r, waiting=reasons.get(r["id"]), current=current.get(r["id"]),
+                             start=starts.get(r["id"]),
+                             tasks=tasks.get(r["id"]) if tasks else None)
+            for r in objects.row_dicts(rows)]),
+                       hosts=[objects.host_object(h, j, now, stale, min_code, over.get(h.name))
                               for h, j in host_rows], now=now, fleet=fleet)
 
     def show(self, req: ShowJob, caller: Caller) -> Reply:
@@ -237,12 +238,12 @@ class Api:
             told = outbox.of_jobs(s, [req.id]).get(req.id, [])
             after = deps.of_job(s, req.id)
             tasks = queries.array_tasks(s, req.id) if row.array_id == req.id else []
-            over = [views.budget_object(r) for r in logusage.over_budget(s, row.owner)]
+            over = [objects.budget_object(r) for r in logusage.over_budget(s, row.owner)]
         waiting = self.reasons().get(req.id) if row.state == JobState.QUEUED else None
-        return JobDetail(job=cast("dict[str, Any]", views.shown_job(
-            row, caller, env, waiting, [views.attempt_object(a) for a in atts],
-            [views.worker_object(w) for w in gang], [views.event_object(e) for e in events],
-            [views.notification_object(n) for n in told], over, after, tasks)))
+        return JobDetail(job=cast("dict[str, Any]", objects.shown_job(
+            row, caller, env, waiting, [objects.attempt_object(a) for a in atts],
+            [objects.worker_object(w) for w in gang], [objects.event_object(e) for e in events],
+            [objects.notification_object(n) for n in told], over, after, tasks)))
 
     def read_log(self, req: ReadLog, caller: Caller) -> Reply:
         return logs.read(self.settings, self.db, self.here, req, caller)
@@ -272,7 +273,7 @@ class Api:
         return Results(results=[out[j] for j in wanted])
 
     def update(self, req: Update, caller: Caller) -> Reply:
-        check_update(req.priority, req.time_limit_s)
+        check_update(req.priority, req.time_limit_s, req.begin_at)
         with self.db.write() as s:
             owner = jobs.owner_of(s, req.id)
             if owner is None:
@@ -281,7 +282,7 @@ class Api:
                 raise Denied(Failure.FORBIDDEN, f"job {req.id} is {owner}'s; only its owner "
                                                 "or an admin may change it")
             r = jobs.update(s, req.id, caller.name, priority=req.priority,
-                            time_limit_s=req.time_limit_s)
+                            time_limit_s=req.time_limit_s, begin_at=req.begin_at)
         return Results(results=[_result(r)])
 
     def resubmit(self, req: Resubmit, caller: Caller) -> Reply:
@@ -365,7 +366,7 @@ class Api:
 
     # ---- why jobs wait ---------------------------------------------------------------------
     def _plan_reasons(self) -> Mapping[int, str]:
-        from tpuq.scheduler.loop import waiting_reasons
+        from tpuq.scheduler.passes import waiting_reasons
 
         started = time.monotonic()
         reasons = waiting_reasons(self.db, self.settings)
@@ -373,7 +374,7 @@ class Api:
         return reasons
 
     def _plan_starts(self) -> Mapping[int, Any]:
-        from tpuq.scheduler.loop import expected_starts
+        from tpuq.scheduler.passes import expected_starts
 
         started = time.monotonic()
         starts = expected_starts(self.db, self.settings)

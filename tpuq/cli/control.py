@@ -140,29 +140,33 @@ def release(job_ids: tuple[int, ...], arrays: tuple[int, ...], as_json: bool) ->
 @click.argument("job_id", type=JOB_ID)
 @click.option("--priority", type=int, help="Its new priority (higher runs first in its team).")
 @click.option("--time", "time_limit", help="Its new time limit per attempt, e.g. 6h.")
+@click.option("--begin", "begin", metavar="TIME",
+              help="Start it no earlier than TIME, as submit's --begin reads it (22:00, +2h, "
+                   "2026-12-01T06:30, ...); `--begin now` lets it start at once.")
 @click.option("--hold", is_flag=True, help="Hold it too (`tpuq release ID` lets it run).")
 @context.json_option
-def update(job_id: int, priority: int | None, time_limit: str | None, hold: bool,
-           as_json: bool) -> None:
+def update(job_id: int, priority: int | None, time_limit: str | None, begin: str | None,
+           hold: bool, as_json: bool) -> None:
     """Change a job that has not started (as scontrol update): its priority, its time
-    limit, or hold it. Its owner or an admin.
+    limit, when it may begin, or hold it. Its owner or an admin.
 
     \b
       tpuq update 12 --priority 5 --time 6h
+      tpuq update 12 --begin 22:00          wait until then (`--begin now`: start at once)
     """
     from tpuq.protocol import Results, Update
     from tpuq.submitopts import update_fields
 
     try:
-        priority, seconds = update_fields(priority, time_limit or None)
+        priority, seconds, begin_at = update_fields(priority, time_limit or None, begin)
     except SpecError as e:
         raise UserError(str(e)) from None
-    if priority is None and seconds is None and not hold:
-        raise UserError("nothing to change: --priority N, --time 6h or --hold")
+    if priority is None and seconds is None and begin_at is None and not hold:
+        raise UserError("nothing to change: --priority N, --time 6h, --begin TIME or --hold")
     results = []
-    if priority is not None or seconds is not None:
-        results += context.ask(Update(id=job_id, priority=priority, time_limit_s=seconds),
-                               Results).results
+    if priority is not None or seconds is not None or begin_at is not None:
+        results += context.ask(Update(id=job_id, priority=priority, time_limit_s=seconds,
+                                      begin_at=begin_at), Results).results
     if hold:
         from tpuq.protocol import Control
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import sys
 import time
-from datetime import datetime, timezone
 from typing import Any, TypedDict
 
 import click
@@ -13,6 +12,7 @@ import click
 from tpuq.cli import context, render
 from tpuq.cli.args import words_option
 from tpuq.cli.status import job_name
+from tpuq.jobjson import Duration, Time, iso_time
 from tpuq.spec import SpecError, format_duration, parse_duration
 from tpuq.state.states import TERMINAL, in_order
 
@@ -33,18 +33,14 @@ class Ended(TypedDict):
     whole_host: bool
     tpu_type: str | None
     attempts: int
-    submitted_at: str
-    ended_at: str
-    runtime: str
+    submitted_at: Time
+    ended_at: Time
+    runtime: Duration
     chip_hours: float
     chip_hours_not_charged: float
 
 
 CSV_FIELDS = tuple(k for k in Ended.__annotations__ if k != "command")
-
-
-def iso(t: float) -> str:
-    return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="seconds")
 
 
 def ended_row(r: dict[str, Any]) -> Ended:
@@ -54,7 +50,8 @@ def ended_row(r: dict[str, Any]) -> Ended:
             "team": r["team"], "state": r["state"],
             "chips": r.get("chips_held") if whole else r["chips"], "whole_host": whole,
             "tpu_type": r["tpu_type"], "attempts": r["attempts"],
-            "submitted_at": iso(r["submitted_at"]), "ended_at": iso(r["ended_at"]),
+            "submitted_at": iso_time(r["submitted_at"]) or "",
+            "ended_at": iso_time(r["ended_at"]) or "",
             "runtime": format_duration(r["runtime_s"]), "chip_hours": r["chip_hours"],
             "chip_hours_not_charged": r["chip_hours_not_charged"]}
 

@@ -46,7 +46,7 @@ COMMANDS: dict[str, Entry] = {
     "release": Entry("tpuq.cli.control:release", "Let held jobs run again."),
     "update": Entry("tpuq.cli.control:update",
                     "Change a job that has not started (as scontrol update): its priority, "
-                    "its time limit, or hold it."),
+                    "its time limit, when it may begin, or hold it."),
     "resubmit": Entry("tpuq.cli.control:resubmit",
                       "Queue new jobs from earlier ones' specs, each linked to its original "
                       "and owned by you (someone else's job runs with your shell's "

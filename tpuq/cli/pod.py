@@ -326,7 +326,7 @@ def setup(hosts: str | None, listed_only: bool, user: str | None, key: str | Non
       tpuq pod setup --pip-spec tpuq==0.1.0 --database-url postgresql://... \\
                      --broker-url redis://10.0.0.2:6379/0
     """
-    from tpuq.pod.setup import SetupError, SetupOptions, setup_pod
+    from tpuq.pod.provision import SetupError, SetupOptions, setup_pod
     from tpuq.pod.ssh import SshError
 
     found = workers(hosts, listed_only)

@@ -1,4 +1,4 @@
-"""Tables, ages and job objects for people and for --json."""
+"""Tables, ages and times for people."""
 
 from __future__ import annotations
 
@@ -7,12 +7,15 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from tpuq.jobjson import epoch
 from tpuq.spec import show_duration
 
 duration = show_duration  # ages and runtimes in every table
 
 
-def ago(t: float | None, now: float | None = None) -> str:
+def ago(t: float | str | None, now: float | None = None) -> str:
+    """How long since `t` (epoch seconds, or a job object's ISO time)."""
+    t = epoch(t)
     if t is None:
         return "-"
     return duration((now or time.time()) - t)
@@ -20,7 +23,9 @@ def ago(t: float | None, now: float | None = None) -> str:
 
 
 
-def clock(t: float | None) -> str:
+def clock(t: float | str | None) -> str:
+    """`t` (epoch seconds, or a job object's ISO time) as local time."""
+    t = epoch(t)
     return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
 
@@ -39,17 +44,3 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], max_last: int =
 
 def command_words(command: Sequence[str]) -> str:
     return " ".join(shlex.quote(c) for c in command)
-
-
-def job_object(job: Any, waiting: str | None = None) -> dict[str, Any]:
-    """The stable JSON shape of a job (README documents these keys)."""
-    return {
-        "id": job.id, "name": job.name, "state": job.state, "attempts": job.attempt,
-        "host": job.host, "exit_code": job.exit_code, "exit_signal": job.exit_signal,
-        "command": list(job.command), "cwd": job.cwd, "owner": job.owner, "team": job.team,
-        "chips": job.chips, "tpu_type": job.tpu_type, "priority": job.priority,
-        "preemptions": job.preemptions, "failures": job.failures,
-        "max_retries": job.max_retries, "submitted_at": job.submitted_at,
-        "ended_at": job.ended_at, "reason": job.reason, "waiting_for": waiting,
-        "resubmit_of": job.resubmit_of,
-    }

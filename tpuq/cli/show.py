@@ -9,6 +9,7 @@ import click
 
 from tpuq.cli import context, render
 from tpuq.cli.args import JOB_ID
+from tpuq.jobjson import epoch
 from tpuq.state.states import Outcome
 
 if TYPE_CHECKING:
@@ -19,7 +20,11 @@ if TYPE_CHECKING:
 @click.argument("job_id", type=JOB_ID)
 @context.json_option
 def show(job_id: int, as_json: bool) -> None:
-    """Show a job: what was asked, each attempt (host, pid, exit, checkpoint), and events."""
+    """Show a job: what was asked, each attempt (host, pid, exit, checkpoint), and events.
+
+    With --json, the job object of docs/reference.md "The JSON contract": times in ISO
+    8601 (UTC), durations as options take them (1h30m).
+    """
     from tpuq.protocol import JobDetail, ShowJob
 
     job = cast("ShownJob", context.ask(ShowJob(id=job_id), JobDetail).job)
@@ -59,16 +64,16 @@ def show(job_id: int, as_json: bool) -> None:
 
 
 def _spec_text(job: ShownJob) -> str:
-    limit = job["time_limit_s"]
+    limit = job["time_limit"]
     lines = [
-        f"job {job['id']}{' (' + job['name'] + ')' if job['name'] else ''}: {job['state']}",
+        f"job {job['id']} ({job['name']}): {job['state']}",
         f"  command   {render.command_words(job['command'])}",
         f"  cwd       {job['cwd']}",
         f"  owner     {job['owner']} (team {job['team']}), priority {job['priority']}",
-        f"  chips     {'whole host' if job['chips'] is None else job['chips']}"
+        f"  chips     {_chips(job)}"
         f"{', type ' + job['tpu_type'] if job['tpu_type'] else ''}",
-        f"  stop      {job['stop_signal']}, grace {job['grace_s']:g}s"
-        f"{', time limit ' + render.duration(limit) if limit else ''}",
+        f"  stop      {job['stop_signal']}, grace {job['grace']}"
+        f"{', time limit ' + limit if limit else ''}",
         f"  failures  {job['failures']} (retried {min(job['failures'], job['max_retries'])} of "
         f"{job['max_retries']} allowed); preempted {job['preemptions']} times",
     ]
@@ -111,6 +116,12 @@ def _spec_text(job: ShownJob) -> str:
     return "\n".join(lines)
 
 
+def _chips(job: JobObject) -> str:
+    if not job["whole_host"]:
+        return str(job["chips"])
+    return "whole host" if job["chips"] is None else f"whole host ({job['chips']})"
+
+
 def checkpoint_words(job: JobObject) -> str:
     """Where a job's checkpoints live, in words ("" before its first assignment)."""
     where = job.get("checkpoint_dir")
@@ -122,8 +133,9 @@ def checkpoint_words(job: JobObject) -> str:
 
 
 def _attempt_line(a: AttemptObject) -> str:
-    end = a["ended_at"] or (time.time() if a["started_at"] and a["outcome"] is None else None)
-    ran = end - a["started_at"] if a["started_at"] and end else None
+    began = epoch(a["started_at"])
+    end = epoch(a["ended_at"]) or (time.time() if began and a["outcome"] is None else None)
+    ran = end - began if began and end else None
     text = (f"#{a['number']} {a['host']} chips {','.join(map(str, a['chips']))}  "
             f"pid {a['pid'] or '-'}  started {render.clock(a['started_at'])}  "
             f"ran {render.duration(ran)}  {a['outcome'] or 'running'}: {a['reason'] or ''}")
@@ -133,7 +145,7 @@ def _attempt_line(a: AttemptObject) -> str:
     if a["outcome"] == Outcome.PREEMPTED:
         text += f"\n      preempted at {render.clock(a['ended_at'])}"
         if step is not None:
-            lost = (a["ended_at"] or 0) - (step_at or 0)
+            lost = (epoch(a["ended_at"]) or 0) - (epoch(step_at) or 0)
             text += (f", last checkpoint step {step} ({render.clock(step_at)}), "
                      f"lost {render.duration(lost)} of work")
         else:
@@ -142,7 +154,7 @@ def _attempt_line(a: AttemptObject) -> str:
         total = a.get("checkpoint_total")
         text += (f"\n      last checkpoint step {step}{f'/{total}' if total else ''} at "
                  f"{render.clock(step_at)} ({render.ago(step_at)} ago)")
-        eta = a["eta_at"]
+        eta = epoch(a["eta_at"])
         if a["outcome"] is None and eta:
             text += f", ETA {render.duration(eta - time.time())}"
     return text

@@ -17,6 +17,7 @@ import click
 
 from tpuq.cli import context, render
 from tpuq.cli.args import words_option
+from tpuq.jobjson import epoch
 from tpuq.spec import job_label
 from tpuq.state.states import ACTIVE, LIVE, WAITING, JobState, StopRequest, in_order
 
@@ -57,7 +58,7 @@ def progress(j: ListedJob, now: float) -> str:
     total, eta = j.get("total"), j.get("eta_at")
     text = f"step {j['step']}/{total}" if total else f"step {j['step']}"
     if total and eta and j["state"] in LIVE:
-        return f"{text}, ETA {render.duration(eta - now)}"
+        return f"{text}, ETA {render.duration((epoch(eta) or now) - now)}"
     return text + (f" ({render.ago(j['step_at'], now)} ago)" if j.get("step_at") else "")
 
 
@@ -83,7 +84,7 @@ def start(j: ListedJob, now: float) -> str:
     local time; `-` when no estimate can be given (REASON says why)."""
     if j["state"] != JobState.QUEUED or "expected_start" not in j:
         return "-"
-    at = j["expected_start"]
+    at = epoch(j["expected_start"])
     if at is None:
         return "-"
     if at <= now + 1:
@@ -101,7 +102,7 @@ def checkpoint(j: ListedJob) -> str:
 
 
 def chips(j: ListedJob) -> str:
-    n = "all" if j["chips"] is None else str(j["chips"])
+    n = "all" if j["whole_host"] else str(j["chips"])
     return f"{n}/{j['tpu_type']}" if j.get("tpu_type") else n
 
 
@@ -179,7 +180,8 @@ def status(show_all: bool, mine: bool, user: str | None, team_filter: str | None
       tpuq status --json                       job objects for scripts
 
     With --json, prints a JSON list of job objects (id, name, state, attempts, host,
-    exit_code, command, waiting_for, started_at, step, ...).
+    exit_code, command, waiting_for, started_at, step, ...): times in ISO 8601 (UTC),
+    durations as options take them (1h30m); docs/reference.md "The JSON contract".
     """
     if starts:
         states = states or in_order(WAITING)

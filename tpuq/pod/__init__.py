@@ -8,7 +8,7 @@ install tpuq's team deployment on them.
 - `ssh.py`            connections (Fabric), one command's output streamed, in parallel
 - `run.py`            one command on every worker: prefixed output, timeout, fail-fast kill
 - `clean.py`          freeing every worker's TPU: through its agent, else in place
-- `setup.py`          a pod to a team deployment in one idempotent command
-- `services.sh`       Redis and PostgreSQL on host 0 (run by setup.py)
+- `provision.py`      a pod to a team deployment in one idempotent command (`pod setup`)
+- `services.sh`       Redis and PostgreSQL on host 0 (run by provision.py)
 - `startup-script.sh` the deployment kit's startup script (a link to workers/), shipped
 """

@@ -7,5 +7,6 @@
 - `slicepool.py`  multi-host slices: all workers of a free slice, or nothing
 - `quota.py`      per-team quota counters during one pass
 - `forecast.py`   when each queued job should start: the plan run forward in time
-- `loop.py`       the leader: snapshot -> plan -> assign -> dispatch; the reaper
+- `passes.py`     the leader's pass: snapshot -> plan -> assign -> dispatch; its lease
+- `reaper.py`     the leader's reaper: requeue the jobs of hosts whose leases ran out
 """

@@ -264,8 +264,8 @@ def gang_ending(ms: Sequence[Member]) -> attempts.Ending | None:
     return attempts.Ending(outcome, why, cause.exit_code, cause.exit_signal)
 
 
-def request_stop(s: Session, job_id: int, attempt: int, why: str, *,
-                 broken: bool = True) -> bool:
+def stop_gang(s: Session, job_id: int, attempt: int, why: str, *,
+              broken: bool = True) -> bool:
     """running -> preempting with the gang's stop request: every worker's next renewal
     sees it and signals its process. `broken` (a worker lost or failed): the others get
     a short stop (TPUQ_GANG_STOP_S), not the job's grace. Nothing when a stop is already

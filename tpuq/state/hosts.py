@@ -1,8 +1,9 @@
 """Host rows: who holds a host name, registration, heartbeats, drain, and the busy flag.
 
-A host name is held by one agent at a time. Its row names the holder's machine and
-state directory (`Holder`); an agent refuses a name that a live agent elsewhere holds,
-and takes over one whose holder is gone (stopped, or silent past `TPUQ_HOST_STALE_S`).
+A host name is held by one agent at a time. Its row names that agent's machine and
+state directory (`AgentHome`); an agent refuses a name that a live agent elsewhere holds,
+and takes over one whose agent is gone (stopped, or silent past `TPUQ_HOST_STALE_S`).
+("Holder" is kept for what holds the TPU: a process, agent/tpu/holders.py.)
 After registration every write of the row goes through `Held`, which names the agent's
 instance: an agent that lost its name (frozen past the stale limit and taken over, or
 forgotten by an admin) changes nothing and learns so on its next heartbeat.
@@ -39,7 +40,7 @@ class HostLive(TpuqError):
 
 
 @dataclass(frozen=True)
-class Holder:
+class AgentHome:
     """What makes two agents the same agent: one machine, one state directory."""
 
     machine_id: str
@@ -163,10 +164,10 @@ def mark_lost(s: Session, names: Sequence[str]) -> None:
                   .values(lost_at=db_now()))
 
 
-def _holder_of(row: Host) -> Holder | None:
+def _home_of(row: Host) -> AgentHome | None:
     if row.machine_id is None or row.home is None:
-        return None  # registered before hosts named their holder
-    return Holder(row.machine_id, row.home)
+        return None  # registered before hosts named their agent's home
+    return AgentHome(row.machine_id, row.home)
 
 
 def _alive(row: Host, now: float, stale_s: float) -> bool:
@@ -174,7 +175,7 @@ def _alive(row: Host, now: float, stale_s: float) -> bool:
         is_live(row.heartbeat_at, now, stale_s)
 
 
-def register(s: Session, held: Held, holder: Holder, *, tpu_type: str | None,
+def register(s: Session, held: Held, home: AgentHome, *, tpu_type: str | None,
              chips: Sequence[int], boot_id: str, agent_pid: int, stale_s: float,
              seat: Seat | None = None,
              unavailable: dict[str, str] | None = None,
@@ -182,14 +183,14 @@ def register(s: Session, held: Held, holder: Holder, *, tpu_type: str | None,
     """Take the host name for `held.instance` at agent start and describe the host.
 
     Raises NameTaken when a live agent on another machine or in another state directory
-    holds the name. Returns a warning when it takes the name over from a holder elsewhere
+    holds the name. Returns a warning when it takes the name over from an agent elsewhere
     that is gone, else None. A host's drain mark survives its agent's restarts.
     """
     values = {"name": held.name, "tpu_type": tpu_type, "chips": list(chips),
               "boot_id": boot_id, "agent_pid": agent_pid, "started_at": db_now(),
               "heartbeat_at": db_now(), "busy_reason": None, "stopped_at": None,
               "disk_low": None,
-              "machine_id": holder.machine_id, "home": holder.home,
+              "machine_id": home.machine_id, "home": home.home,
               "agent_instance": held.instance, "lost_reason": None,
               "code_revision": SCHEMA_HEAD,
               # a multi-host slice's worker: its place in the slice
@@ -206,9 +207,9 @@ def register(s: Session, held: Held, holder: Holder, *, tpu_type: str | None,
     row = s.scalars(select(Host).where(Host.name == held.name).with_for_update()
                     .execution_options(populate_existing=True)).one()
     now = float(s.execute(select(db_now())).scalar_one())
-    before = _holder_of(row)
+    before = _home_of(row)
     warning = None
-    if before is not None and before != holder:
+    if before is not None and before != home:
         ago = now - (row.heartbeat_at or now)
         if _alive(row, now, stale_s):
             raise NameTaken(
@@ -243,7 +244,7 @@ def forget(s: Session, name: str, stale_s: float) -> bool:
         return False
     now = float(s.execute(select(db_now())).scalar_one())
     if _alive(row, now, stale_s):
-        where = _holder_of(row)
+        where = _home_of(row)
         raise HostLive(f"host {name} is alive (last beat {now - (row.heartbeat_at or now):.0f}s "
                        f"ago{', ' + where.describe(row.agent_pid) if where else ''}): stop its "
                        "agent first, or drain it to stop giving it work")

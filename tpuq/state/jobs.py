@@ -19,6 +19,7 @@ from sqlalchemy.types import UserDefinedType
 
 from tpuq import runfn
 from tpuq.arrays import INDEX, Tasks
+from tpuq.jobjson import iso_time
 from tpuq.spec import SPEC_FIELDS, JobSpec, format_duration
 from tpuq.state import admission, functions, queries
 from tpuq.state.attempts import release_chips
@@ -246,28 +247,39 @@ def act_on_many(s: Session, verb: str, job_ids: Sequence[int], actor: str) -> li
 
 
 def update(s: Session, job_id: int, actor: str, *, priority: int | None = None,
-           time_limit_s: float | None = None) -> Result:
-    """Change a job that has not started: its priority, its time limit."""
+           time_limit_s: float | None = None, begin_at: float | None = None) -> Result:
+    """Change a job that has not started: its priority, its time limit, when it may begin
+    (--begin; the scheduler reads it at its next pass, the reason names it)."""
     values: dict[str, Any] = {}
     if priority is not None:
         values["priority"] = priority
     if time_limit_s is not None:
         values["time_limit_s"] = time_limit_s
+    if begin_at is not None:
+        values["begin_at"] = begin_at
     job = _current(s, job_id)
     if job is None:
         return Result(job_id, False, "does not exist")
     if not values:
-        return Result(job_id, False, "nothing to change (--priority, --time)")
+        return Result(job_id, False, "nothing to change (--priority, --time, --begin)")
     done = s.execute(update_(Job).where(Job.id == job_id, Job.state.in_([QUEUED.value, HELD.value]))
                      .values(**values, updated_at=db_now()))
     if not rows_changed(done):
         return Result(job_id, False, f"is {job.state}: only a queued or held job changes")
-    what = ", ".join(f"time_limit {format_duration(v)}" if k == "time_limit_s" else f"{k} {v}"
-                     for k, v in values.items())
+    what = ", ".join(_changed(k, v) for k, v in values.items())
     s.execute(insert(JobEvent).values(job_id=job_id, at=db_now(), from_state=job.state,
                                       to_state=job.state, attempt=job.attempt,
                                       reason=f"updated: {what}", actor=actor))
     return Result(job_id, True, f"updated: {what}")
+
+
+def _changed(key: str, value: Any) -> str:
+    """One change of `update`, as its event and its answer say it."""
+    if key == "time_limit_s":
+        return f"time_limit {format_duration(value)}"
+    if key == "begin_at":
+        return f"begin {iso_time(value)}"
+    return f"{key} {value}"
 
 
 def cancel(s: Session, job_id: int, actor: str) -> Result:

@@ -103,14 +103,15 @@ def array_tasks(s: Session, array_id: int) -> list[list[int]]:
 
 
 def current_attempts(s: Session, rows: Sequence[Row[Any]]) -> dict[int, Row[Any]]:
-    """Each job's latest attempt (started_at, checkpoint_step, checkpoint_at), for status."""
+    """Each job's latest attempt (chips, started_at, checkpoint_step, ...), for status."""
     wanted = [(r.id, r.attempt) for r in rows if r.attempt]
     if not wanted:
         return {}
     ids = [j for j, _ in wanted]
     latest = dict(wanted)
-    q = select(Attempt.job_id, Attempt.number, Attempt.started_at, Attempt.checkpoint_step,
-               Attempt.checkpoint_at, Attempt.checkpoint_total, Attempt.eta_at
+    q = select(Attempt.job_id, Attempt.number, Attempt.chips, Attempt.started_at,
+               Attempt.checkpoint_step, Attempt.checkpoint_at, Attempt.checkpoint_total,
+               Attempt.eta_at
                ).where(Attempt.job_id.in_(ids))
     return {a.job_id: cast(Row[Any], a) for a in s.execute(q) if latest.get(a.job_id) == a.number}
 

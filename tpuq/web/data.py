@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from tpuq.api.caller import Caller
 from tpuq.api.handlers import Api
 from tpuq.errors import TpuqError
+from tpuq.jobjson import epoch
 from tpuq.protocol import (
     Failure,
     History,
@@ -67,7 +68,7 @@ def queue(api: Api, caller: Caller) -> dict[str, Any]:
                      key=lambda j: (j["state"] != JobState.QUEUED, j.get("position") or 0, j["id"]))
     active = [j for j in reply.jobs if j["state"] in ACTIVE]
     ended = sorted((j for j in reply.jobs if j["state"] not in OPEN),
-                   key=lambda j: -(j.get("ended_at") or 0))
+                   key=lambda j: -(epoch(j.get("ended_at")) or 0))
     return {"waiting": waiting[:SHOWN], "active": active[:SHOWN], "ended": ended,
             "hosts": reply.hosts, "now": reply.now, "free": free_chips(reply.hosts),
             "counts": {"waiting": len(waiting), "active": len(active)}}

@@ -22,6 +22,7 @@ from starlette.templating import Jinja2Templates
 from tpuq.api.caller import Caller
 from tpuq.api.handlers import Api
 from tpuq.errors import Failure, TpuqError
+from tpuq.jobjson import epoch
 from tpuq.settings import Settings
 from tpuq.state.db import Database
 from tpuq.web import auth
@@ -50,7 +51,7 @@ class Web:
         self.sessions = auth.Sessions(settings)
         self.throttle = auth.Throttle()
         self.templates = Jinja2Templates(directory=str(HERE / "templates"))
-        self.templates.env.filters.update(when=_when, ago=_ago, dur=_dur)
+        self.templates.env.filters.update(when=_when, ago=_ago, dur=_dur, epoch=epoch)
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(TpuqCollector(db, settings.host_stale_s))
         self._starts: tuple[float, Mapping[int, Any]] = (float("-inf"), {})
@@ -66,7 +67,7 @@ class Web:
         return value
 
     def _forecast(self) -> None:
-        from tpuq.scheduler.loop import expected_starts
+        from tpuq.scheduler.passes import expected_starts
 
         try:
             self._starts = (time.monotonic(), expected_starts(self.db, self.settings))
@@ -129,11 +130,14 @@ def loopback(host: str) -> bool:
         return False
 
 
-def _when(t: float | None) -> str:
+def _when(t: float | str | None) -> str:
+    """Epoch seconds, or a job object's ISO time, as local time."""
+    t = epoch(t)
     return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
 
-def _ago(t: float | None, now: float | None = None) -> str:
+def _ago(t: float | str | None, now: float | None = None) -> str:
+    t = epoch(t)
     return "-" if t is None else _dur((now or time.time()) - t)
 
 

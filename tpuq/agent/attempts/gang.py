@@ -218,9 +218,9 @@ class GangTask(Supervisor):
         ms = gangs.members(s, self.spec.job_id, self.spec.attempt, self._margin(),
                            self.ctx.settings.lease_s)
         cause = gangs.first_cause(ms)
-        if cause is not None and gangs.request_stop(s, self.spec.job_id, self.spec.attempt,
-                                                    gangs.stop_reason(cause),
-                                                    broken=gangs.breaks_the_gang(cause)):
+        if cause is not None and gangs.stop_gang(s, self.spec.job_id, self.spec.attempt,
+                                                 gangs.stop_reason(cause),
+                                                 broken=gangs.breaks_the_gang(cause)):
             log.warning("job %s: %s", self.spec.job_id, gangs.stop_reason(cause))
             self.host.gang_news()
 
@@ -279,11 +279,11 @@ class GangTask(Supervisor):
             with self.ctx.db.write() as s:
                 recorded = gangs.ended(s, spec.job_id, spec.attempt, self.worker, end)
                 if end.untouched and end.outcome is not Outcome.SUCCEEDED:
-                    gangs.request_stop(s, spec.job_id, spec.attempt,
-                                       f"worker {self.worker} ({self.ctx.name}) ended "
-                                       f"({end.reason}): stopping the gang",
-                                       broken=end.outcome not in (Outcome.REQUEUED,
-                                                                  Outcome.PREEMPTED))
+                    gangs.stop_gang(s, spec.job_id, spec.attempt,
+                                    f"worker {self.worker} ({self.ctx.name}) ended "
+                                    f"({end.reason}): stopping the gang",
+                                    broken=end.outcome not in (Outcome.REQUEUED,
+                                                               Outcome.PREEMPTED))
                 return recorded
 
         recorded = self._write(record, "recording a worker's end of")

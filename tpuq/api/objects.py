@@ -7,10 +7,13 @@ Environment values a job captured from its owner's shell are the owner's: anyone
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, cast
 
 from tpuq.api.caller import Caller
+from tpuq.jobjson import format_duration, iso_time
+from tpuq.spec import job_label
 from tpuq.state import hosts as hosts_mod
 
 if TYPE_CHECKING:  # the job object's types cost nothing at run time
@@ -24,25 +27,34 @@ if TYPE_CHECKING:  # the job object's types cost nothing at run time
         WorkerObject,
     )
 
+# a queue's jobs share a few grace periods and time limits: each is written once
+_duration = lru_cache(maxsize=256)(format_duration)
+
 HIDDEN = "(hidden)"  # what a job's env value looks like to anyone but its owner and admins
 
 
 def job_object(row: Any, waiting: str | None = None, current: Any = None) -> JobObject:
-    """The stable JSON shape of a job; `current` (its latest attempt) for `status`."""
+    """The stable JSON shape of a job; `current` (its latest attempt) for `status`.
+    Times as ISO 8601, durations as options take them (tpuq/jobjson.py)."""
     # a Row as one dict, read by key: a Row's attribute access costs ~1 us a name, a
     # missing one ~10 us (an error built to be caught), a third of listing 10,000 jobs
-    r = row._asdict() if hasattr(row, "_asdict") else _columns(row)
+    r = row if isinstance(row, dict) else \
+        row._asdict() if hasattr(row, "_asdict") else _columns(row)
     obj: JobObject = {
-        "id": r["id"], "name": r["name"], "state": r["state"], "attempts": r["attempt"],
+        "id": r["id"], "name": job_label(r["name"], r["command"]), "state": r["state"],
+        "attempts": r["attempt"],
         "host": r["host"], "exit_code": r["exit_code"], "exit_signal": r["exit_signal"],
         "command": list(r["command"]), "cwd": r["cwd"], "owner": r["owner"],
-        "team": r["team"], "chips": r["chips"], "tpu_type": r["tpu_type"],
+        "team": r["team"], "chips": r["chips"], "whole_host": r["chips"] is None,
+        "tpu_type": r["tpu_type"],
         "priority": r["priority"], "preemptions": r["preemptions"],
         "failures": r["failures"], "max_retries": r["max_retries"],
-        "submitted_at": r["submitted_at"], "ended_at": r["ended_at"], "reason": r["reason"],
+        "submitted_at": iso_time(r["submitted_at"]) or "", "ended_at": iso_time(r["ended_at"]),
+        "reason": r["reason"],
         "waiting_for": waiting, "resubmit_of": r["resubmit_of"],
-        "stop_signal": r["stop_signal"], "grace_s": r["grace_s"],
-        "time_limit_s": r["time_limit_s"], "stop_request": r["stop_request"],
+        "stop_signal": r["stop_signal"], "grace": _duration(r["grace_s"]),
+        "time_limit": None if r["time_limit_s"] is None else _duration(r["time_limit_s"]),
+        "stop_request": r["stop_request"],
         "notify": r["notify"], "array_id": r["array_id"], "array_index": r["array_index"],
         # TPU variables of the submitter's shell the job does not get (jobenv.dropped)
         "env_dropped": list(r.get("env_dropped") or ()),
@@ -51,31 +63,43 @@ def job_object(row: Any, waiting: str | None = None, current: Any = None) -> Job
         # reach them (None: a shared root, or none yet)
         "checkpoint_dir": r.get("checkpoint_dir"),
         "checkpoint_host": r.get("checkpoint_host"),
-        # --begin (epoch s), --output (its template), and where each option came from
-        "begin_at": r.get("begin_at"), "output": r.get("output"),
+        # --begin, --output (its template), and where each option came from
+        "begin_at": iso_time(r.get("begin_at")), "output": r.get("output"),
         "option_sources": dict(r.get("option_sources") or {}),
         "session": bool(r.get("session")),  # interactive (`tpuq run`)
     }
     if current is not None:
-        obj["started_at"] = getattr(current, "started_at", None)
+        obj["started_at"] = iso_time(getattr(current, "started_at", None))
         obj["step"] = getattr(current, "checkpoint_step", None)
-        obj["step_at"] = getattr(current, "checkpoint_at", None)
+        obj["step_at"] = iso_time(getattr(current, "checkpoint_at", None))
         obj["total"] = getattr(current, "checkpoint_total", None)
-        obj["eta_at"] = getattr(current, "eta_at", None)
+        obj["eta_at"] = iso_time(getattr(current, "eta_at", None))
+        held = getattr(current, "chips", None)
+        if obj["whole_host"] and held is not None:  # the host's count
+            obj["chips"] = len(held)
     return obj
+
+
+def row_dicts(rows: Sequence[Any]) -> list[dict[str, Any]]:
+    """Rows of one query as dicts, their keys read once: `Row._asdict` builds a key view
+    per row, twice the cost for a listing of 10,000 jobs."""
+    if not rows:
+        return []
+    keys = rows[0]._fields
+    return [dict(zip(keys, r)) for r in rows]
 
 
 def listed_job(row: Any, waiting: str | None = None, current: Any = None,
                start: Any = None, tasks: list[int] | None = None) -> ListedJob:
     """A job of `status`; `start` (a forecast.Start) for `status --start`, which adds
-    `expected_start` (epoch s, or None: no estimate) and the reason in `waiting_for`;
+    `expected_start` (or None: no estimate) and the reason in `waiting_for`;
     `tasks`: the indices of an array's waiting tasks folded into this row."""
     # a JobObject is a ListedJob without the keys of --start: no copy on the hot path
     obj = cast("ListedJob", job_object(row, waiting, current))
     if tasks is not None:
         obj["tasks"] = tasks
     if start is not None:
-        obj["expected_start"] = start.at
+        obj["expected_start"] = iso_time(start.at)
         obj["position"] = start.position
         obj["waiting_for"] = start.why or None
     return obj
@@ -103,6 +127,8 @@ def shown_job(row: Any, viewer: Caller, env: Mapping[str, str], waiting: str | N
     admins), attempts, a slice job's workers, events, messages, logs over budget, what it
     waits for (`after`), and an array's tasks when `row` is its first."""
     obj = cast("ShownJob", job_object(row, waiting=waiting))
+    if obj["whole_host"] and attempts:  # the host's count, as its latest attempt held
+        obj["chips"] = len(attempts[-1]["chips"])
     obj["env"] = dict(env) if viewer.owns(row.owner) else dict.fromkeys(env, HIDDEN)
     obj["attempt_list"] = attempts
     if workers:  # a slice job: its current attempt's workers
@@ -118,21 +144,23 @@ def shown_job(row: Any, viewer: Caller, env: Mapping[str, str], waiting: str | N
 
 def attempt_object(a: Any) -> AttemptObject:
     return {"number": a.number, "host": a.host, "chips": list(a.chips or ()), "pid": a.pid,
-            "boot_id": a.boot_id, "started_at": a.started_at, "ended_at": a.ended_at,
+            "boot_id": a.boot_id, "started_at": iso_time(a.started_at),
+            "ended_at": iso_time(a.ended_at),
             "outcome": a.outcome, "exit_code": a.exit_code, "exit_signal": a.exit_signal,
             "reason": a.reason, "log_path": a.log_path, "checkpoint_step": a.checkpoint_step,
-            "checkpoint_at": a.checkpoint_at, "checkpoint_total": a.checkpoint_total,
-            "eta_at": a.eta_at, "started_over": getattr(a, "started_over", None)}
+            "checkpoint_at": iso_time(a.checkpoint_at), "checkpoint_total": a.checkpoint_total,
+            "eta_at": iso_time(a.eta_at), "started_over": getattr(a, "started_over", None)}
 
 
 def notification_object(n: Any) -> NotificationObject:
     """One message to the job's owner (its destinations are never shown: tokens)."""
-    return {"event": n.event, "state": n.state, "tries": n.tries, "at": n.created_at,
-            "sent_at": n.sent_at, "error": n.last_error, "detail": getattr(n, "detail", None)}
+    return {"event": n.event, "state": n.state, "tries": n.tries,
+            "at": iso_time(n.created_at) or "", "sent_at": iso_time(n.sent_at),
+            "error": n.last_error, "detail": getattr(n, "detail", None)}
 
 
 def event_object(e: Any) -> EventObject:
-    return {"at": e.at, "from": e.from_state, "to": e.to_state, "attempt": e.attempt,
+    return {"at": iso_time(e.at) or "", "from": e.from_state, "to": e.to_state, "attempt": e.attempt,
             "reason": e.reason, "actor": e.actor}
 
 

@@ -1,4 +1,6 @@
-"""The leader's scheduling pass: read a snapshot, ask the pure policy, apply its plan.
+"""The leader's scheduling pass: read a snapshot, ask the pure policy, apply its plan;
+and the lease that makes an agent the leader. (The leader's other duty, requeueing the
+jobs of hosts that stopped renewing their leases, is scheduler/reaper.py.)
 
 Everything happens in one write transaction under the leader lease: the snapshot, the
 plan and every `queued -> assigned` change with its chip rows. Hosts are told to start
@@ -28,7 +30,7 @@ from sqlalchemy.orm import Session
 from tpuq import checkpoints
 from tpuq.scheduler import forecast, policy
 from tpuq.settings import Settings
-from tpuq.state import attempts, deps, gangs, holdings, hosts, leader, queries, snapshot, usage
+from tpuq.state import attempts, deps, gangs, holdings, leader, queries, snapshot, usage
 from tpuq.state.db import Database
 
 log = logging.getLogger("tpuq.scheduler")
@@ -36,10 +38,6 @@ ROLE = leader.SCHEDULER
 # Chip-hour usage (fair share, budgets) is recomputed at most this often: it scans recent
 # attempts, and a pass runs after every finished job. Chips in use are always fresh.
 USAGE_TTL_S = 10.0
-# An expired lease is requeued once a reaper pass this much later still finds it expired
-# (at most a third of a lease). A live host that was cut off renews within its retry
-# cap (2 s, agent/attempts/supervisor.py) once it reaches the database again.
-REAP_CONFIRM_S = 5.0
 Dispatch = Callable[[str, int, int], None]  # tell host to start (job_id, attempt)
 Notify = Callable[[], None]
 
@@ -153,7 +151,6 @@ class Scheduler:
         self._renewed_at = float("-inf")
         self._usage: dict[str, usage.Usage] | None = None
         self._usage_at = float("-inf")
-        self._suspects: dict[tuple[int, int], float] = {}  # expired lease -> first seen
         # why this agent may not lead at all: its code is older than the database's schema
         self.barred: str | None = None
         # passes while leading: count, total and last seconds (recorded with the lease)
@@ -205,39 +202,6 @@ class Scheduler:
         return checkpoints.placed(root, home or "", self._instance, row.id, row.attempt + 1,
                                   a.host, (row.checkpoint_dir, row.checkpoint_host,
                                            row.checkpoint_seen_at is not None))
-
-    def reap(self) -> list[int]:
-        """Requeue jobs whose host stopped renewing their lease (leader only).
-
-        An expired lease is only a suspect until a later pass, REAP_CONFIRM_S (at most a
-        third of a lease) on, still finds it expired: after a database outage every lease
-        looks expired, and the hosts need a moment to renew theirs. A new leader starts
-        with no suspects. The keeper of an attempt stops it before its lease can run out
-        (agent/keeper/process.py), so requeueing at once after that is safe.
-        """
-        if not self.has_lease():
-            self._suspects = {}
-            return []
-        margin = min(1.0, self.settings.lease_s / 10)  # as a gang's worker 0's (agent/attempts/gang.py)
-        with self.db.read() as s:
-            expired = attempts.expired_leases(s)
-            stale = gangs.stale(s, margin)
-        if stale:  # slice workers of attempts that are over, that nobody reports on
-            with self.db.write() as s:
-                hosts.mark_lost(s, gangs.sweep(s, stale))
-        now = time.monotonic()
-        self._suspects = {k: self._suspects.get(k, now) for k in expired}
-        grace = min(self.settings.lease_s / 3, REAP_CONFIRM_S)
-        due = {k for k, seen in self._suspects.items() if now - seen >= grace}
-        if not due:
-            return []
-        with self.db.write() as s:
-            requeued = attempts.requeue_expired(
-                s, due, retry_backoff_s=self.settings.retry_backoff_s,
-                host_retries=self.settings.host_error_retries)
-        if requeued:
-            log.warning("requeued jobs with expired leases: %s", requeued)
-        return requeued
 
     def keep_lease(self) -> None:
         """Take or renew the leader lease (a ticker calls this every third of its length)."""
