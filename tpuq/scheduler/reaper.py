@@ -33,7 +33,7 @@ class Reaper:
 
     def reap(self) -> list[int]:
         """Requeue jobs whose host stopped renewing their lease (leader only). The
-        keeper of an attempt stops it before its lease can run out (keeper.py), so
+        keeper of an attempt stops it before its lease can run out (agent/keeper/process.py), so
         requeueing at once after the confirmation is safe."""
         if not self.leads():
             self._suspects = {}
