@@ -24,7 +24,7 @@ from tpuq.agent.attempts import functionjob, identity, outcome
 from tpuq.agent.attempts.deadlines import AttemptDeadlines, Verdict
 from tpuq.agent.attempts.outcome import Progress
 from tpuq.agent.attempts.spec import AttemptSpec
-from tpuq.agent.keeper.link import KeeperGone, KeeperLink, KeeperServer, clock
+from tpuq.agent.keeper.link import KeeperGone, KeeperLink, Keepers, clock
 from tpuq.agent.keeper.messages import (
     Collected,
     Ended,
@@ -62,8 +62,12 @@ class HostContext(Protocol):
     settings: Settings
     db: Database
     name: str
-    keepers: KeeperServer
     terminals: Terminals
+
+    @property
+    def keepers(self) -> Keepers:
+        """Who launches an attempt under a keeper (the Executor's KeeperServer)."""
+        ...
 
     @property
     def instance(self) -> str:
@@ -268,7 +272,7 @@ class Supervisor(threading.Thread):
         if isinstance(msg, Ended):
             return msg
         if not isinstance(msg, Started):
-            return None  # a refused launch raised in KeeperServer.launch
+            return None  # a refused launch raised in Keepers.launch
         self.pid = msg.pid
         pid, ticks = self.pid or 0, msg.start_ticks
         spec = self.spec

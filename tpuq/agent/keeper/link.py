@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from typing import Protocol
 
 from tpuq.agent.keeper.messages import (
     FromKeeper,
@@ -28,7 +29,7 @@ from tpuq.errors import Failure, TpuqError
 log = logging.getLogger("tpuq.agent")
 START_TIMEOUT_S = 30.0
 
-__all__ = ["KeeperGone", "KeeperLink", "KeeperServer", "clock"]
+__all__ = ["KeeperGone", "KeeperLink", "KeeperServer", "Keepers", "clock"]
 
 
 class KeeperGone(TpuqError, OSError):
@@ -115,6 +116,16 @@ class KeeperLink:
 
     def close(self) -> None:
         self.sock.close()
+
+
+class Keepers(Protocol):
+    """What a supervisor needs of the keeper server: launch an attempt under a keeper
+    (KeeperServer; tests/state/test_supervisor.py answers with a fake keeper)."""
+
+    run_dir: str
+
+    def launch(self, launch: Launch, tty: int | None = None) -> tuple[KeeperLink, FromKeeper]:
+        ...
 
 
 class KeeperServer:
