@@ -129,7 +129,8 @@ def test_host_local_checkpoints_wait_for_their_host_and_resume_there(
     assert len(team_stack.attempts(job)) == 1, "not started over on the free host"
     agent_b.start()  # the host is back within the window
     team_stack.wait_state(job, "succeeded", timeout=180)
-    assert [at.host for at in team_stack.attempts(job)] == ["tpu-b", "tpu-b"]
+    assert [at.host for at in team_stack.attempts(job)] == ["tpu-b", "tpu-b"], \
+        [(at.number, at.host, at.outcome, at.reason) for at in team_stack.attempts(job)]
     assert f"resumed from step {saved}" in log_of(team_stack, job, 2)
     assert out.read_text().strip() == reference_hash("train.py")
 

@@ -131,10 +131,16 @@ def test_a_gang_whose_worker_lost_its_agent_stops_at_once_and_resumes_bit_identi
     assert all(g.state == "ended" and g.ended_at for g in rows.values()), \
         [(g.worker, g.state) for g in rows.values()]
     assert rows[2].outcome == "lost", "the lost worker's row says so"
-    # stopped with the gang: killed at the short stop (preempted), or, on a machine slow
-    # enough that the job's handler ran first, its exit 75 (requeued); never a failure
-    assert {rows[w].outcome for w in (0, 1, 3)} <= {"preempted", "requeued"}
-    assert all("stopped with the gang" in (rows[w].reason or "") for w in (0, 1, 3))
+    # each of the others either was stopped with the gang (preempted: tpuq signalled it,
+    # and its reason says so) or saved and exited 75 by itself first (requeued): worker
+    # 2's keeper signals its process when the lease runs out, and JAX's preemption
+    # service turns a stop signal on any worker into a sync point every worker reaches
+    # (the fixture then saves and exits 75), so on a loaded machine a worker can end on
+    # its own before the gang's stop reaches it. Never a failure.
+    for w in (0, 1, 3):
+        outcome, reason = rows[w].outcome, rows[w].reason or ""
+        assert (outcome == "preempted" and "stopped with the gang" in reason) or \
+            (outcome == "requeued" and "exited with code 75" in reason), (w, outcome, reason)
     start_worker(team_stack, hosts[2], 2, tmp_path, **env)
     team_stack.wait_state(job, "succeeded", timeout=180)
     resumed = int((out / f"resumed.{team_stack.job(job).attempt}").read_text())
