@@ -33,6 +33,7 @@ Leaf modules, stdlib only, used by every layer:
 - `outputs.py`     `--output` names (%j, %a) and opening that file as the job's owner
 - `shapes.py`      which chip counts a host offers, and libtpu's bounds for each
 - `jobenv.py`      the environment a job sees: every variable tpuq sets or removes
+- `envinputs.py`   the inputs of one attempt's environment: the host's, and the attempt's own
 - `checkpoints.py` where a job's checkpoints live (a shared root, or one host's disk)
 - `protocol.py`    the agent socket's typed requests and replies, and their limits
 - `framing.py`     a reply as frames of at most 1 MiB: no reply too big to send

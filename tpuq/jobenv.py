@@ -14,10 +14,13 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from tpuq.shapes import Seat, chip_bounds
+from tpuq.shapes import chip_bounds
 from tpuq.spec import SpecError
+
+if TYPE_CHECKING:  # the CLI imports this module: its inputs' classes cost it nothing
+    from tpuq import envinputs
 
 # ---- what tpuq tells every attempt ----------------------------------------------------------
 JOB_ID = "TPUQ_JOB_ID"
@@ -297,42 +300,7 @@ def apply_tcmalloc(env: dict[str, str], enabled: bool, path: str,
         _set_preload(env, others)
 
 
-@dataclass(frozen=True)
-class HostInputs:
-    """What this host gives every attempt's environment: `base`, the agent's own (what a
-    job inherits); `host_env`, what the host adds for every job (single_slice_env);
-    `generation` picks the bounds table's row (shapes.py); a slice job's JAX coordinator
-    listens on `coordinator_port`."""
-
-    name: str
-    base: Mapping[str, str]
-    chip_count: int
-    port_base: int
-    tcmalloc_path: str
-    generation: str | None = None
-    host_env: Mapping[str, str] = field(default_factory=dict)
-    coordinator_port: int | None = None
-
-
-@dataclass(frozen=True)
-class AttemptInputs:
-    """What is one attempt's own: its job's env and identity, its chips (None: the whole
-    host), and a slice job's task's `seat` (the metadata is left alone: a bare
-    jax.distributed.initialize() finds its peers there on a TPU VM)."""
-
-    job_env: Mapping[str, str]
-    job_id: int
-    attempt: int
-    checkpoint_dir: str
-    resumed: bool
-    chips: Sequence[int] | None
-    tcmalloc: bool
-    stop_signal: str | None = None
-    progress_file: str | None = None
-    seat: Seat | None = None
-
-
-def build_env(host: HostInputs, attempt: AttemptInputs,
+def build_env(host: envinputs.HostInputs, attempt: envinputs.AttemptInputs,
               exists: Callable[[str], bool] = os.path.exists) -> dict[str, str]:
     """The complete environment of one attempt (raises ValueError for an unshapeable
     subset)."""

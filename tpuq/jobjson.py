@@ -8,7 +8,7 @@ contract for scripts is the table in docs/reference.md "The JSON contract"
 A TypedDict is the dict itself: the protocol's plain JSON object is cast to it, nothing
 is copied. What the protocol carries is what scripts read, typed for them: times are ISO
 8601 in UTC (`iso_time`, as `tpuq history --json` gives them), durations are written as
-options take them (`format_duration`: `1h30m`), names and chip counts are filled. A
+options take them (`spec.format_duration`: `1h30m`), names and chip counts are filled. A
 reader that computes with a time turns it back with `epoch`. The Python API's
 `Job.info()` returns this same object. Stdlib only: speaking it costs nothing.
 """
@@ -37,21 +37,6 @@ def epoch(t: Time | float | None) -> float | None:
     if t is None or isinstance(t, (int, float)):
         return t
     return datetime.fromisoformat(t.replace("Z", "+00:00")).timestamp()
-
-
-def format_duration(seconds: float) -> Duration:
-    """Seconds in the options' own terms, exact to the millisecond, for scripts to
-    read back: 3600 -> '1h', 5400 -> '1h30m', 90061.25 -> '1d1h1m1.25s', 0 -> '0s'."""
-    ms = round(max(0.0, seconds) * 1000)
-    parts = []
-    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000)):
-        n, ms = divmod(ms, size)
-        if n:
-            parts.append(f"{n}{unit}")
-    if ms or not parts:
-        whole, frac = divmod(ms, 1000)
-        parts.append(f"{whole}.{frac:03d}".rstrip("0").rstrip(".") + "s" if frac else f"{whole}s")
-    return "".join(parts)
 
 
 class JobObject(TypedDict):

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpuq.errors import TpuqError
-from tpuq.jobjson import format_duration as format_duration  # parse_duration reads it
 from tpuq.settings import Settings
 from tpuq.shapes import canonical, slice_hosts
 
@@ -443,6 +442,21 @@ def show_size(n: int) -> str:
                 else f"{size:.1f} {unit}"
         size /= 1024
     return f"{n} B"  # unreachable: the loop ends at TiB
+
+
+def format_duration(seconds: float) -> str:
+    """Seconds in the options' own terms, exact to the millisecond, for scripts to
+    read back: 3600 -> '1h', 5400 -> '1h30m', 90061.25 -> '1d1h1m1.25s', 0 -> '0s'."""
+    ms = round(max(0.0, seconds) * 1000)
+    parts = []
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000)):
+        n, ms = divmod(ms, size)
+        if n:
+            parts.append(f"{n}{unit}")
+    if ms or not parts:
+        whole, frac = divmod(ms, 1000)
+        parts.append(f"{whole}.{frac:03d}".rstrip("0").rstrip(".") + "s" if frac else f"{whole}s")
+    return "".join(parts)
 
 
 def parse_duration(text: str) -> float:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tpuq import jobenv
+from tpuq import envinputs, jobenv
 from tpuq.jobenv import PARTITION_VARS, build_env, helper_env
 from tpuq.settings import Settings
 from tpuq.shapes import allowed_chip_counts, chip_bounds
@@ -26,10 +26,10 @@ def env(exists: Any = lambda path: True, **overrides: Any) -> dict[str, str]:
     attempt: dict[str, Any] = {"job_env": {}, "job_id": 42, "attempt": 3,
                                "checkpoint_dir": "/ckpt/42", "resumed": True, "chips": None,
                                "tcmalloc": True}
-    host_fields = {f.name for f in dataclasses.fields(jobenv.HostInputs)}
+    host_fields = {f.name for f in dataclasses.fields(envinputs.HostInputs)}
     for name, value in overrides.items():
         (host if name in host_fields else attempt)[name] = value
-    return build_env(jobenv.HostInputs(**host), jobenv.AttemptInputs(**attempt), exists)
+    return build_env(envinputs.HostInputs(**host), envinputs.AttemptInputs(**attempt), exists)
 
 
 def test_base_and_job_env_merged_with_tpuq_vars() -> None:

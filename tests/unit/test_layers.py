@@ -18,7 +18,7 @@ MIGRATIONS = ROOT / "migrations"  # installed as tpuq.migrations
 
 # lowest first; a module may import its own layer and those below it
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("leaf", ("tpuq", "tpuq.settings", "tpuq.spec", "tpuq.shapes", "tpuq.jobenv",
+    ("leaf", ("tpuq", "tpuq.settings", "tpuq.spec", "tpuq.shapes", "tpuq.jobenv", "tpuq.envinputs",
               "tpuq.users", "tpuq.protocol", "tpuq.framing", "tpuq.job", "tpuq.localclient",
               "tpuq.runfn", "tpuq.checkpoints", "tpuq.terminal")),
     ("state", ("tpuq.state", "tpuq.migrations")),

@@ -12,8 +12,8 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any, cast
 
 from tpuq.api.caller import Caller
-from tpuq.jobjson import format_duration, iso_time
-from tpuq.spec import job_label
+from tpuq.jobjson import iso_time
+from tpuq.spec import format_duration, job_label
 from tpuq.state import hosts as hosts_mod
 
 if TYPE_CHECKING:  # the job object's types cost nothing at run time

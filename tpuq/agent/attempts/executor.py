@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tpuq import jobenv
+from tpuq import envinputs, jobenv
 from tpuq.agent.attempts import outcome
 from tpuq.agent.attempts.spec import AttemptSpec
 from tpuq.agent.attempts.supervisor import Supervisor
@@ -104,15 +104,15 @@ class Executor:
 
     def attempt_env(self, spec: AttemptSpec, progress_path: str) -> dict[str, str]:
         whole_host = spec.gang is not None or len(spec.chips) == len(self.chips)
-        return jobenv.build_env(self.host_inputs(), jobenv.AttemptInputs(
+        return jobenv.build_env(self.host_inputs(), envinputs.AttemptInputs(
             job_env=spec.env, job_id=spec.job_id, attempt=spec.attempt,
             checkpoint_dir=self.checkpoint_dir(spec), resumed=spec.resumed,
             chips=None if whole_host else list(spec.chips), tcmalloc=spec.tcmalloc,
             stop_signal=spec.stop_signal, progress_file=progress_path, seat=spec.gang))
 
-    def host_inputs(self) -> jobenv.HostInputs:
+    def host_inputs(self) -> envinputs.HostInputs:
         """What this host gives every attempt's environment (the probes' too)."""
-        return jobenv.HostInputs(
+        return envinputs.HostInputs(
             name=self.name, base=self.base_env, chip_count=len(self.chips),
             port_base=self.settings.port_base, tcmalloc_path=self.settings.tcmalloc_path,
             generation=devices.generation_of(self.tpu_type), host_env=self.host_env,

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tpuq import jobenv
+from tpuq import envinputs, jobenv
 from tpuq.agent import exits
 from tpuq.settings import Settings
 from tpuq.shapes import Bounds, shapes_of
@@ -278,7 +278,7 @@ class HostShapes:
         chips = sorted(ex.chips)[:n]
         env = jobenv.build_env(
             dataclasses.replace(ex.host_inputs(), chip_count=self.n, generation=self.generation),
-            jobenv.AttemptInputs(
+            envinputs.AttemptInputs(
                 job_env={}, job_id=0, attempt=0, resumed=False, tcmalloc=True,
                 checkpoint_dir=os.path.join(self.settings.home, "run", "probe"),
                 chips=None if n == self.n else chips))
