@@ -269,3 +269,30 @@ def test_a_job_that_succeeded_before_its_stop_reached_it_is_not_run_again(db):
     with db.read() as s:
         assert s.get(Job, done).reason == \
             "exit 0: finished before its preemption reached it"
+
+
+def test_an_agent_starting_requeues_what_came_before_its_registration_not_what_came_since(db):
+    """A restarting agent registers its host, then recovers: the leader may assign the
+    host new work in between, which is not a leftover of the agent before (it was taken
+    for one, and requeued, so a job waiting for that host ran twice)."""
+    from tpuq.state import queries
+
+    old, new = new_job(db), new_job(db)
+    with db.write() as s:
+        assert attempts.assign(s, old, 0, "h1", [], lease_s=30)
+        assigned = s.get(Attempt, (s.scalar(select(Attempt.id).where(Attempt.job_id == old))))
+        before = assigned.assigned_at
+    while True:  # the database clock moves past the first assignment
+        with db.read() as s:
+            registered_at = queries.now(s)
+        if registered_at > before:
+            break
+    with db.write() as s:
+        assert attempts.assign(s, new, 0, "h1", [], lease_s=30)
+    with db.read() as s:
+        assert [j.id for j, _ in attempts.active_on_host(s, "h1", registered_at)] == [old]
+    with db.write() as s:
+        assert attempts.requeue_rebooted(s, "h1", "boot-2", assigned_before=registered_at,
+                                         retry_backoff_s=0) == [old]
+    with db.read() as s:
+        assert (s.get(Job, old).state, s.get(Job, new).state) == ("queued", "assigned")

@@ -38,7 +38,7 @@ from tpuq.agent.tpu.probes import HostShapes
 from tpuq.scheduler.passes import Scheduler
 from tpuq.scheduler.reaper import Reaper
 from tpuq.settings import Settings
-from tpuq.state import attempts, gangs, hosts, jobs, outage
+from tpuq.state import attempts, gangs, hosts, jobs, outage, queries
 from tpuq.state.attempts import Ending
 from tpuq.state.db import SCHEMA_HEAD, Database
 from tpuq.state.states import JobState, Outcome, StopRequest
@@ -266,6 +266,7 @@ class Agent:
             self.waker = Waker().start()
         try:
             with self.db.write() as s:
+                registered_at = queries.now(s)  # recovery leaves what is assigned since
                 took_over = hosts.register(
                     s, self.held, self.home, tpu_type=self.tpu_type,
                     chips=[c.index for c in self.chips], boot_id=self.boot_id,
@@ -278,7 +279,7 @@ class Agent:
             log.warning("%s", took_over)
         self.executor.keepers.start()
         warn_without_hugepages(self.settings.thp_file)
-        recovery.recover(self.executor, self.boot_id)
+        recovery.recover(self.executor, self.boot_id, registered_at)
         self.shapes.tick()  # before any work: the shapes this host offers are proven
         self._serve_socket()
         if self.team is not None:

@@ -31,11 +31,14 @@ from tpuq.state.states import Outcome
 log = logging.getLogger("tpuq.agent")
 
 
-def recover(executor: Executor, boot_id: str) -> None:
+def recover(executor: Executor, boot_id: str, registered_at: float) -> None:
+    """`registered_at`: when this agent registered its host (database clock). Attempts
+    assigned since are new work for this agent, not what an earlier one left: the leader
+    may assign to the host as soon as it is registered, while this still runs."""
     settings, db, name = executor.settings, executor.db, executor.name
     backoff, host_retries = settings.retry_backoff_s, settings.host_error_retries
     with db.read() as s:
-        active = attempts.active_on_host(s, name)
+        active = attempts.active_on_host(s, name, assigned_before=registered_at)
         now = queries.now(s)
     adopted: set[tuple[int, int]] = set()
     lost = []
@@ -59,7 +62,8 @@ def recover(executor: Executor, boot_id: str) -> None:
     _stop_strays(executor, adopted)
     _kill_orphans(executor, adopted, lost)
     with db.write() as s:
-        rebooted = attempts.requeue_rebooted(s, name, boot_id, retry_backoff_s=backoff,
+        rebooted = attempts.requeue_rebooted(s, name, boot_id, assigned_before=registered_at,
+                                             retry_backoff_s=backoff,
                                              host_retries=host_retries)
     if rebooted:
         log.warning("requeued after reboot or restart: jobs %s", rebooted)
@@ -69,7 +73,7 @@ def recover(executor: Executor, boot_id: str) -> None:
                 attempts.finish(s, job.id, att.number, name,
                                 Ending(Outcome.PREEMPTED, "agent restarted"),
                                 retry_backoff_s=backoff)
-    _end_gang_tasks(executor)
+    _end_gang_tasks(executor, registered_at)
     foreign = executor.clear_holders(tuple(executor.chips))
     if foreign:
         reason = holders.held_by(foreign)
@@ -80,13 +84,13 @@ def recover(executor: Executor, boot_id: str) -> None:
         libtpu.clean_stale_lock(settings.libtpu_lockfile, holders_alive=False)
 
 
-def _end_gang_tasks(executor: Executor) -> None:
+def _end_gang_tasks(executor: Executor, registered_at: float) -> None:
     """Slice jobs' tasks this host ran are not adopted (their keepers were stopped above
     as strays): the worker is recorded as lost, which stops and requeues the gang; on
     worker 0, whose agent held the job's lease, the attempt ends now."""
     db, backoff = executor.db, executor.settings.retry_backoff_s
     with db.read() as s:
-        mine = gangs.active_on_host(s, executor.name)
+        mine = gangs.active_on_host(s, executor.name, assigned_before=registered_at)
     for job_id, attempt, worker, _ in mine:
         why = f"worker {worker} ({executor.name}): its agent restarted"
         with db.write() as s:

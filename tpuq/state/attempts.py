@@ -428,13 +428,16 @@ def requeue_expired(s: Session, suspects: set[tuple[int, int]], *,
     return done
 
 
-def requeue_rebooted(s: Session, host: str, boot_id: str, *,
+def requeue_rebooted(s: Session, host: str, boot_id: str, *, assigned_before: float,
                      retry_backoff_s: float, host_retries: int = HOST_RETRIES) -> list[int]:
-    """At agent start: attempts on this host from an earlier boot are over; requeue now."""
+    """At agent start: attempts on this host from an earlier boot are over; requeue now.
+    Only those assigned before `assigned_before` (the agent's registration, database
+    clock): once registered, the host takes new work while it still recovers."""
     rows = s.execute(
         select(Job.id, Job.attempt, Attempt.boot_id)
         .join(Attempt, (Attempt.job_id == Job.id) & (Attempt.number == Job.attempt))
-        .where(Job.host == host, Job.state.in_([ASSIGNED.value, RUNNING.value, PREEMPTING.value]))
+        .where(Job.host == host, Job.state.in_([ASSIGNED.value, RUNNING.value, PREEMPTING.value]),
+               Attempt.assigned_at < assigned_before)
     ).all()
     done = []
     for r in rows:
@@ -455,10 +458,14 @@ def assigned_to(s: Session, host: str) -> list[tuple[int, int]]:
     return [(r.id, r.attempt) for r in rows]
 
 
-def active_on_host(s: Session, host: str) -> list[tuple[Job, Attempt]]:
-    rows = s.execute(
-        select(Job, Attempt)
-        .join(Attempt, (Attempt.job_id == Job.id) & (Attempt.number == Job.attempt))
-        .where(Job.host == host, Job.state.in_([ASSIGNED.value, RUNNING.value, PREEMPTING.value]))
-    ).all()
+def active_on_host(s: Session, host: str, assigned_before: float | None = None
+                   ) -> list[tuple[Job, Attempt]]:
+    """Jobs active on `host` with their current attempts; with `assigned_before`
+    (database clock), only attempts assigned before then."""
+    q = select(Job, Attempt).join(
+        Attempt, (Attempt.job_id == Job.id) & (Attempt.number == Job.attempt)).where(
+        Job.host == host, Job.state.in_([ASSIGNED.value, RUNNING.value, PREEMPTING.value]))
+    if assigned_before is not None:
+        q = q.where(Attempt.assigned_at < assigned_before)
+    rows = s.execute(q).all()
     return [(r[0], r[1]) for r in rows]

@@ -82,13 +82,18 @@ def assigned_to(s: Session, host: str) -> list[tuple[int, int]]:
     return [(r.job_id, r.attempt) for r in rows]
 
 
-def active_on_host(s: Session, host: str) -> list[tuple[int, int, int, str]]:
-    """(job, attempt, worker, job state) of slice jobs holding a worker on `host`."""
-    rows = s.execute(select(GANG.c.job_id, GANG.c.attempt, GANG.c.worker, JOBS.c.state).join(
-        JOBS, and_(JOBS.c.id == GANG.c.job_id, JOBS.c.attempt == GANG.c.attempt))
-        .where(GANG.c.host == host, GANG.c.state != "ended",
-               JOBS.c.state.in_(_ACTIVE))).all()
-    return [(r.job_id, r.attempt, r.worker, r.state) for r in rows]
+def active_on_host(s: Session, host: str, assigned_before: float | None = None
+                   ) -> list[tuple[int, int, int, str]]:
+    """(job, attempt, worker, job state) of slice jobs holding a worker on `host`; with
+    `assigned_before` (database clock), only attempts assigned before then."""
+    q = select(GANG.c.job_id, GANG.c.attempt, GANG.c.worker, JOBS.c.state).join(
+        JOBS, and_(JOBS.c.id == GANG.c.job_id, JOBS.c.attempt == GANG.c.attempt)).where(
+        GANG.c.host == host, GANG.c.state != "ended", JOBS.c.state.in_(_ACTIVE))
+    if assigned_before is not None:
+        q = q.join(attempts.ATTEMPTS, and_(attempts.ATTEMPTS.c.job_id == GANG.c.job_id,
+                                           attempts.ATTEMPTS.c.number == GANG.c.attempt)
+                   ).where(attempts.ATTEMPTS.c.assigned_at < assigned_before)
+    return [(r.job_id, r.attempt, r.worker, r.state) for r in s.execute(q).all()]
 
 
 def worker_of(s: Session, job_id: int, attempt: int, host: str) -> Any | None:
