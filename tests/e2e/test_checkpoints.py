@@ -80,11 +80,18 @@ def kill_host(stack: Stack, host: FakeHost, job: int) -> None:
             pass
 
 
-def move_mid_run(stack: Stack, job: int, a: FakeHost, b: FakeHost, homes: dict) -> int:
+def move_mid_run(stack: Stack, job: int, a: FakeHost, b: FakeHost, homes: dict,
+                 host_local: bool = True) -> int:
     """Once tpu-b's job has checkpointed a few steps: pause it there, start tpu-a's agent,
-    kill tpu-b; the step of the last checkpoint tpu-b wrote."""
+    kill tpu-b; the step of the last checkpoint tpu-b wrote. `host_local`: also once
+    tpu-b's agent has recorded that the job's checkpoints are on its disk (it does so
+    with a lease renewal; before that, the job is free to start over elsewhere)."""
     wait_for(lambda: checkpointed(stack, job) >= 5, 120, "a few checkpoints on tpu-b",
              on_timeout=lambda: whereabouts(stack, job))
+    if host_local:
+        wait_for(lambda: stack.job(job).checkpoint_seen_at is not None, 60,
+                 "tpu-b's agent to record the checkpoints on its disk",
+                 on_timeout=lambda: whereabouts(stack, job))
     pause_job(stack, job)
     stack.start_agent(a, **homes["tpu-a"])
     kill_host(stack, b, job)
@@ -99,7 +106,7 @@ def test_a_shared_root_lets_a_job_resume_on_another_host_bit_identical(
     a, b, homes = two_hosts(team_stack, tmp_path)
     team_stack.start_agent(b, **homes["tpu-b"])
     job, out = submit_train(team_stack, tmp_path, "tpu-b")
-    saved = move_mid_run(team_stack, job, a, b, homes)
+    saved = move_mid_run(team_stack, job, a, b, homes, host_local=False)
     team_stack.wait_state(job, "succeeded", timeout=180)
     first, second = team_stack.attempts(job)
     assert (first.host, second.host) == ("tpu-b", "tpu-a")

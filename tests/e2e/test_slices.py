@@ -200,10 +200,15 @@ def test_a_worker_whose_host_dies_mid_run_requeues_the_gang_uncharged(stack, tmp
 
 
 def test_a_worker_not_ready_by_the_deadline_requeues_the_gang_before_anything_runs(
-        stack, tmp_path):
+        team_stack, tmp_path):
     """Worker 3's agent is frozen (SIGSTOP) while the slice looks alive: the gang is
     assigned, the other three get ready, and worker 0 gives up at TPUQ_GANG_START_S with
-    nothing started anywhere; once worker 3 thaws, the job runs on all four."""
+    nothing started anywhere; once worker 3 thaws, the job runs on all four.
+
+    The team deployment only, as a pod slice always is: frozen at a random moment, an
+    agent of the embedded deployment can hold SQLite's one write lock, and every other
+    agent of that database (and the CLI's submit) then waits on it."""
+    stack = team_stack
     out = tmp_path / "out"
     out.mkdir()
     start_slice(stack, tmp_path, TPUQ_GANG_START_S="2", TPUQ_RETRY_BACKOFF_S="0.5")

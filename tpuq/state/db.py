@@ -7,6 +7,7 @@ failing halfway with "database is locked". PostgreSQL (team) uses plain transact
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +21,21 @@ from sqlalchemy.orm import Session
 from tpuq.errors import Failure, TpuqError
 from tpuq.state import versions
 from tpuq.state.versions import Schema
+
+
+class _InterruptedQuery(logging.Filter):
+    """Drops psycopg's "error ignored in rollback ...: another command is already in
+    progress": a Ctrl-C that lands while a query runs leaves the connection mid-command,
+    so the rollback on the way out cannot be sent (the server rolls back when the
+    connection closes). The CLI says in its own one line what the interrupt did."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        said = record.getMessage()
+        return not ("error ignored in rollback" in said
+                    and "another command is already in progress" in said)
+
+
+logging.getLogger("psycopg").addFilter(_InterruptedQuery())
 
 SCHEMA_HEAD = "0020"  # the newest migration; tests check it matches Alembic's single head
 
