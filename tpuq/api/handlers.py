@@ -19,7 +19,6 @@ from typing import Any, cast
 from tpuq import arrays, runfn
 from tpuq.api import logs, objects
 from tpuq.api.caller import Caller, Denied, not_found, owned_job, require_admin
-from tpuq.fleet import costs, report
 from tpuq.protocol import (
     AdminSet,
     Control,
@@ -201,6 +200,10 @@ class Api:
                            data=base64.b64encode(chunk).decode(), **whose)
 
     def list_jobs(self, req: ListJobs, caller: Caller) -> Reply:
+        # the fleet's modules only where asked: a client without an agent that only
+        # submits (an array from a laptop) does not import them
+        from tpuq.fleet import report
+
         with self.db.read() as s:
             tasks: dict[int, list[int]] | None = {} if req.collapse else None
             rows = queries.list_jobs(s, states=req.states or None, owner=req.owner,
@@ -328,6 +331,8 @@ class Api:
 
     def fleet(self, req: FleetReport, caller: Caller) -> Reply:
         with self.db.read() as s:
+            from tpuq.fleet import costs, report
+
             shown = report.view(s)
             since = req.since if req.since is not None else shown["now"] - 30 * 86400
             return FleetView(view=shown, costs=costs.chip_hours(s, since, req.until))
