@@ -261,14 +261,17 @@ def _build(cls: type[Message], data: Mapping[str, Any]) -> Message:
     """`cls` from `data`'s fields (a missing one takes its default: version 0 may lack
     it); a field of the wrong type is a MessageError."""
     kw: dict[str, Any] = {}
-    for f in fields(cls):
-        if f.name not in data:
+    for name, allowed, nullable, annotation in _schema(cls):
+        if name not in data:
             continue  # a missing required field fails below, in the constructor
-        value = data[f.name]
-        if f.name == "ended" and cls is Status and value is not None:
+        value = data[name]
+        if name == "ended" and cls is Status and value is not None:
             value = _build(Ended, value) if isinstance(value, Mapping) else value
-        _check(cls, f.name, str(f.type), value)
-        kw[f.name] = value
+        if not (value is None and nullable) and (
+                not isinstance(value, allowed) or (isinstance(value, bool)
+                                                   and bool not in allowed)):
+            raise MessageError(f"{cls.__name__}.{name}: {value!r} is not {annotation}")
+        kw[name] = value
     try:
         return cls(**kw)
     except TypeError as e:
@@ -284,11 +287,20 @@ _TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-def _check(cls: type, name: str, annotation: str, value: Any) -> None:
-    options = [a.strip() for a in annotation.split("|")]
-    if value is None and "None" in options:
-        return
-    allowed = tuple(t for a in options for t in _TYPES.get(a, ()))
-    bad_bool = isinstance(value, bool) and bool not in allowed
-    if not isinstance(value, allowed) or bad_bool:
-        raise MessageError(f"{cls.__name__}.{name}: {value!r} is not {annotation}")
+Schema = tuple[tuple[str, tuple[type, ...], bool, str], ...]
+_SCHEMAS: dict[type, Schema] = {}
+
+
+def _schema(cls: type[Message]) -> Schema:
+    """Each field of `cls`: its name, the types it admits, whether None is one, and its
+    annotation; read once per kind, not for every message (a job's start and end pass
+    several)."""
+    found = _SCHEMAS.get(cls)
+    if found is None:
+        rows = []
+        for f in fields(cls):
+            options = [a.strip() for a in str(f.type).split("|")]
+            allowed = tuple(t for a in options for t in _TYPES.get(a, ()))
+            rows.append((f.name, allowed, "None" in options, str(f.type)))
+        found = _SCHEMAS[cls] = tuple(rows)
+    return found
