@@ -1,7 +1,7 @@
 """Where the agent's time goes during job turnover: py-spy attached to the agent.
 
     .venv/bin/pip install py-spy        # or: pip install --target /tmp/pyspy py-spy
-    .venv/bin/python bench/profile_turnover.py [--team] [--jobs 200] [--py-spy PATH] [--top 25]
+    .venv/bin/python bench/profile_turnover.py [--team] [--jobs 200] [--py-spy PATH] [--top 25] [--gil]
 
 Runs one turnover round (see bench/turnover.py) with py-spy sampling the agent's
 threads, then prints the functions with the largest share of samples, by self time
@@ -118,6 +118,9 @@ def main() -> int:
     p.add_argument("--team", action="store_true",
                    help="profile the team deployment's agent (PostgreSQL + Redis) instead")
     p.add_argument("--idle", action="store_true", help="also sample idle (waiting) threads")
+    p.add_argument("--gil", action="store_true",
+                   help="only the thread holding the GIL: where the Python CPU goes (a wait "
+                        "in C, psycopg's for a reply say, is never counted)")
     args = p.parse_args()
     py_spy = find_py_spy(args.py_spy)
     out_dir = tempfile.mkdtemp(prefix="tpuq-prof-")
@@ -132,6 +135,8 @@ def main() -> int:
                "--rate", str(args.rate), "--output", raw, "--threads"]
         if args.idle:
             cmd.append("--idle")
+        if args.gil:
+            cmd.append("--gil")
         figures = turnover.turnover(stack, args.jobs, lambda: sampling(cmd))
     if not os.path.exists(raw):
         raise BenchError("py-spy wrote nothing")

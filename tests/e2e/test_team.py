@@ -113,6 +113,26 @@ def test_a_late_doorbell_joins_the_attempt_the_host_poll_started(team_stack, hos
     team_stack.wait_state(job_id, "cancelled")
 
 
+def test_the_leader_starts_its_own_hosts_attempts_without_the_broker(team_stack, host):
+    """The leading agent starts what it assigned to its own host in process, as the
+    embedded agent does, and sends itself no message. Here its worker consumes nothing
+    from the host's queue and the host's poll is a minute away: the job still runs to its
+    end at once, and no `tpuq.run` message was ever queued for the host."""
+    import redis
+
+    team_stack.start_agent(host, TPUQ_HEARTBEAT_S="60", TPUQ_LEASE_S="180",
+                           TPUQ_HOST_STALE_S="180")
+    cancel = celery(team_stack, "control", "cancel_consumer", "tpuq.host.tpu-a")
+    assert cancel.returncode == 0 and "no longer consuming" in cancel.stdout, cancel
+    job_id = team_stack.submit("--", "/bin/true")
+    team_stack.wait_state(job_id, "succeeded", timeout=30)
+    broker = redis.Redis.from_url(team_stack.extra["TPUQ_BROKER_URL"])
+    try:
+        assert broker.llen("tpuq.host.tpu-a") == 0, "a message was queued for the leader"
+    finally:
+        broker.close()
+
+
 def test_dead_host_jobs_requeue_after_lease_expiry_and_run_elsewhere(team_stack, tmp_path):
     a, b = hosts(tmp_path, 2)
     agent_a = team_stack.start_agent(a)
@@ -211,10 +231,21 @@ def active_tasks(stack) -> list[dict]:
 
 
 def test_celery_inspect_lists_running_jobs_and_chip_slots(team_stack, host):
-    team_stack.start_agent(host)
+    """A host other than the leader's starts its attempt from a `tpuq.run` message, which
+    stays active while it runs (here the test leads, assigns and rings)."""
+    with team_stack.db.write() as s:
+        assert leader.acquire(s, ROLE, "the-test", 600)
+    team_stack.start_agent(host, TPUQ_HEARTBEAT_S="60", TPUQ_LEASE_S="180",
+                           TPUQ_HOST_STALE_S="180")  # no poll: only the message starts it
     job_id = team_stack.submit("--", "/bin/sleep", "600")
+    with team_stack.db.write() as s:
+        assert attempts.assign(s, job_id, 0, "tpu-a", [0, 1, 2, 3], lease_s=30) == 1
+    ring = ("from tpuq.queue import doorbell; import sys; "
+            "assert doorbell.start_on_host('tpu-a', int(sys.argv[1]), 1)")
+    subprocess.run([sys.executable, "-c", ring, str(job_id)], env=team_stack.env(), check=True,
+                   timeout=30)
     team_stack.wait_state(job_id, "running")
-    tasks = active_tasks(team_stack)
+    tasks = wait_for(lambda: active_tasks(team_stack) or None, 30, "the task to be active")
     assert [(t["name"], t["args"]) for t in tasks] == [("tpuq.run", [job_id, 1])]
     slots = celery(team_stack, "inspect", "tpuq_slots", "--json")
     [reply] = json.loads(slots.stdout.strip().splitlines()[-1]).values()

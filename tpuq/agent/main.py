@@ -188,13 +188,18 @@ class Agent:
     def dispatch(self, host: str, job_id: int, attempt: int) -> None:
         """Tell `host` to start an assigned attempt (after the assignment committed).
 
-        Embedded: the executor is in this process. Team: a `tpuq.run` message on the
-        host's queue; if it is lost, the host's poll of its assigned jobs finds it.
+        This host (the leader's own, and the only one of the embedded deployment): the
+        executor is in this process. Another host: a `tpuq.run` message on that host's
+        queue; if it is lost, the host's poll of its assigned jobs finds it. A message to
+        itself would cost the leader a publish, a delivery and an acknowledgement through
+        the broker per job (a third of its CPU per job at full turnover) for the same
+        call.
         """
+        if host == self.name:
+            self.executor.start_attempt(job_id, attempt) or \
+                self.executor.start_gang(job_id, attempt)
+            return
         if self.settings.embedded:
-            if host == self.name:
-                self.executor.start_attempt(job_id, attempt) or \
-                    self.executor.start_gang(job_id, attempt)
             return
         from tpuq.queue import doorbell
 

@@ -4,9 +4,10 @@ Celery is the doorbell, never the truth (DESIGN.md): a message only says "look a
 J, attempt A". Early acks, no results, prefetch 1, a threads pool (prefork forks, and
 JAX must never be forked), no ETA: whether a job runs is decided by the database.
 
-`celery -A tpuq.queue.app inspect active` lists the running tpuq jobs (a `tpuq.run`
-task stays active for as long as its attempt runs); `inspect tpuq_slots` lists each
-host's chips; Flower works against the same app.
+`celery -A tpuq.queue.app inspect tpuq_slots` lists each host's chips and the attempt
+holding each; `inspect active` lists the attempts a `tpuq.run` message started (its
+task stays active for as long as the attempt runs: every host's but the leader's own,
+which it starts without a message); Flower works against the same app.
 """
 
 from __future__ import annotations

@@ -51,7 +51,8 @@ def bound_host() -> Host:
 
 def run(job_id: int, attempt: int) -> str:
     """Start the attempt; stay active while it runs, so `celery inspect active` lists it
-    (also when the host's own poll started it first and this message came late)."""
+    (also when the host's own poll started it first and this message came late). The
+    leader starts its own host's attempts without a message (Agent.dispatch)."""
     return bound_host().run_attempt(int(job_id), int(attempt))
 
 
