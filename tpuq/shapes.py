@@ -146,12 +146,11 @@ def _examples(fam: str) -> str:
 def type_error(tpu_type: str) -> str | None:
     """Why `tpu_type` is not a Cloud TPU type (with the sizes of its own family, or the
     closest family), or None. Aliases are accepted (canonical)."""
-    import difflib
-
     typed, tpu_type = tpu_type, canonical(tpu_type)
     fam, n = family(tpu_type), _size(tpu_type)
     if _valid(fam, n):
         return None
+    import difflib  # only to name the closest family: every submit checks a valid type
     families = sorted(CORE_FAMILIES | CHIP_FAMILIES)
     if fam in families:
         guess = _nearest(fam, n)

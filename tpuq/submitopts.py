@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -183,6 +182,8 @@ def submitter_python() -> str:
     venv = os.environ.get("VIRTUAL_ENV")
     if venv and os.access(os.path.join(venv, "bin", "python"), os.X_OK):
         return os.path.join(venv, "bin", "python")
+    import shutil  # here: a command given by its path (`-- /bin/sh`) never loads it
+
     return shutil.which("python3") or shutil.which("python") or sys.executable
 
 
@@ -200,6 +201,8 @@ def resolve(args: Sequence[str], python: str | None) -> list[str]:
         if not (os.path.isfile(first) and os.access(first, os.X_OK)):
             raise SpecError(f"not an executable file: {first}")
         return [os.path.abspath(first), *args[1:]]
+    import shutil
+
     found = shutil.which(first)
     if found is None:
         here = os.path.isfile(first)
