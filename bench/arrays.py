@@ -29,7 +29,7 @@ if __name__ == "__main__":  # run as a script: import `tests.*` from the reposit
 from bench.stats import print_rates  # noqa: E402
 from tests.services import RedisServer, create_pg_database, drop_pg_database  # noqa: E402
 
-CLI = [sys.executable, "-c", "from tpuq.cli.main import main; main()"]
+CLI = [sys.executable, "-c", "from tpuq.cli.entry import main; main()"]
 
 
 def _env(home: str, **more: str) -> dict[str, str]:

@@ -25,7 +25,7 @@ from tpuq.state.models import Attempt, GangWorker, Host, Job
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-TPUQ = [sys.executable, "-c", "from tpuq.cli.main import main; main()"]
+TPUQ = [sys.executable, "-c", "from tpuq.cli.entry import main; main()"]
 T = TypeVar("T")
 
 

@@ -41,6 +41,7 @@ Leaf modules, stdlib only, used by every layer:
 - `localclient.py` the client side of that socket
 - `terminal.py`    an interactive session's caller side: its pty, raw mode, the copy
 - `users.py`       uid -> user name
+- `gcpause.py`     the cyclic garbage collector off while modules load, then frozen
 - `destinations.py` where notifications may go: nothing on the host, link-local or ours
 - `job.py`         the job-side helper (`from tpuq import job`)
 """

@@ -92,15 +92,18 @@ class Client:
 
     # ---- without an agent: the handlers, here -------------------------------------------------
     def _direct(self, req: Request) -> Reply:
-        from tpuq.api.handlers import Api
-
         if isinstance(req, protocol.Ping):
             return Refusal(kind=Failure.UNAVAILABLE, error="no agent answers here")
-        try:
-            db = self._database()
-        except Exception as e:
-            self._not_ours(e)
-            raise
+        from tpuq.gcpause import paused
+
+        with paused():  # SQLAlchemy, the state layer and the handlers load here
+            from tpuq.api.handlers import Api
+
+            try:
+                db = self._database()
+            except Exception as e:
+                self._not_ours(e)
+                raise
         reply = Api(self.settings, db, here=self.settings.host).handle(req, self._caller(db))
         if req.MUTATES and not isinstance(reply, Refusal):
             self._wake_agents()

@@ -1,5 +1,6 @@
 """The `tpuq` command line: thin Click commands over the library.
 
+- `entry.py`       the `tpuq` executable: loads the command line with the collector off
 - `main.py`        the command table, the group and the one error path
 - `lazy.py`        the group that imports a subcommand's module only when it runs
 - `errors.py`      UserError / Unavailable, and library errors as one line

@@ -14,6 +14,8 @@ from typing import Any, NamedTuple
 
 import click
 
+from tpuq import gcpause
+
 
 class Entry(NamedTuple):
     """One subcommand: where it is defined and the line `--help` shows for it."""
@@ -58,6 +60,15 @@ class LazyGroup(click.Group):
     def __init__(self, *args: Any, table: dict[str, Entry], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.table = table
+
+    def resolve_command(self, ctx: click.Context, args: list[str]
+                        ) -> tuple[str | None, click.Command | None, list[str]]:
+        try:
+            return super().resolve_command(ctx, args)
+        finally:
+            # the command's module is loaded: from here on the cyclic collector runs, as
+            # in any process (`tpuq` starts with it off: tpuq/cli/entry.py)
+            gcpause.loaded()
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*self.commands, *self.table})
