@@ -29,7 +29,9 @@ if __name__ == "__main__":  # run as a script: import `tests.*` from the reposit
 from bench.stats import print_rates  # noqa: E402
 from tests.services import RedisServer, create_pg_database, drop_pg_database  # noqa: E402
 
-CLI = [sys.executable, "-c", "from tpuq.cli.entry import main; main()"]
+# the installed `tpuq` of the interpreter's venv: the commit measured may name its entry
+# module otherwise (bench/run.py --against runs this file for both trees)
+CLI = [str(Path(sys.executable).parent / "tpuq")]
 
 
 def _env(home: str, **more: str) -> dict[str, str]:
