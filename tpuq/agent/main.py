@@ -192,7 +192,7 @@ class Agent:
         executor is in this process. Another host: a `tpuq.run` message on that host's
         queue; if it is lost, the host's poll of its assigned jobs finds it. A message to
         itself would cost the leader a publish, a delivery and an acknowledgement through
-        the broker per job (a third of its CPU per job at full turnover) for the same
+        the broker per job (a quarter of its CPU per job at full turnover) for the same
         call.
         """
         if host == self.name:
