@@ -115,7 +115,8 @@ class Stack:
     def keepers(self, host: FakeHost | None = None) -> list[int]:
         """Pids of the attempt keepers this test's agents started (they outlive agents;
         only `host`'s, if given): forked from `python -m tpuq.agent.keeper.process
-        <home>/run/<host>`, they carry its command line."""
+        <home>/run/<host>` (`tpuq.agent.keeper` in earlier releases, whose agents the
+        upgrade tests start), they carry its command line."""
         # an agent may have been given a state directory of its own (TPUQ_HOME)
         homes = {str(self.home), *(a.env["TPUQ_HOME"] for a in self.agents
                                    if "TPUQ_HOME" in a.env)}
@@ -128,7 +129,7 @@ class Stack:
                 cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
             except OSError:
                 continue
-            if b"tpuq.agent.keeper.process" in cmdline and any(m in cmdline for m in marks):
+            if b"tpuq.agent.keeper" in cmdline and any(m in cmdline for m in marks):
                 found.append(int(name))
         return found
 
@@ -160,6 +161,25 @@ class Stack:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
+                pass
+
+    def _kill_keepers_and_their_jobs(self) -> None:
+        """Every keeper of this test and the process group of each job a keeper started
+        (a job whose pid its agent had not yet written down when the agent was killed
+        has no other trace). The keepers are stopped first, so none starts a job after
+        its children were listed."""
+        keepers = self.keepers()
+        for pid in keepers:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                pass
+        jobs = [pid for pid, (ppid, _) in _processes().items() if ppid in set(keepers)]
+        self.kill_keepers()
+        for pid in jobs:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
                 pass
 
     @property
@@ -257,7 +277,7 @@ class Stack:
         """Stop every agent, keeper and job process this test started, by pid."""
         for a in self.agents:
             a.kill()
-        self.kill_keepers()
+        self._kill_keepers_and_their_jobs()
         try:
             with self.db.read() as s:
                 pids = [(a.pid, a.proc_start) for a in s.query(Attempt) if a.pid]
