@@ -157,11 +157,7 @@ class Stack:
 
     def kill_keepers(self, host: FakeHost | None = None) -> None:
         """As a host's death or reboot would (every keeper of this test, by default)."""
-        for pid in self.keepers(host):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        _signal_all(self.keepers(host), signal.SIGKILL)
 
     def _kill_keepers_and_their_jobs(self) -> None:
         """Every keeper of this test and the process group of each job a keeper started
@@ -169,13 +165,9 @@ class Stack:
         has no other trace). The keepers are stopped first, so none starts a job after
         its children were listed."""
         keepers = self.keepers()
-        for pid in keepers:
-            try:
-                os.kill(pid, signal.SIGSTOP)
-            except ProcessLookupError:
-                pass
+        _signal_all(keepers, signal.SIGSTOP)
         jobs = [pid for pid, (ppid, _) in _processes().items() if ppid in set(keepers)]
-        self.kill_keepers()
+        _signal_all(keepers, signal.SIGKILL)
         for pid in jobs:
             try:
                 os.killpg(pid, signal.SIGKILL)
@@ -294,6 +286,14 @@ class Stack:
                     pass
         if hasattr(self, "_db"):
             self._db.dispose()
+
+
+def _signal_all(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
 
 
 def _processes() -> dict[int, tuple[int, bytes]]:

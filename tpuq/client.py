@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from tpuq import localclient, protocol
+from tpuq import gcpause, localclient, protocol
 from tpuq.errors import TpuqError
 from tpuq.protocol import Failure, Refusal, Reply, Request
 from tpuq.state.states import TERMINAL, JobState
@@ -94,9 +94,7 @@ class Client:
     def _direct(self, req: Request) -> Reply:
         if isinstance(req, protocol.Ping):
             return Refusal(kind=Failure.UNAVAILABLE, error="no agent answers here")
-        from tpuq.gcpause import paused
-
-        with paused():  # SQLAlchemy, the state layer and the handlers load here
+        with gcpause.paused():  # SQLAlchemy, the state layer and the handlers load here
             from tpuq.api.handlers import Api
 
             try:

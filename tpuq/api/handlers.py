@@ -330,9 +330,9 @@ class Api:
                 skip=max(0, req.skip)))
 
     def fleet(self, req: FleetReport, caller: Caller) -> Reply:
-        with self.db.read() as s:
-            from tpuq.fleet import costs, report
+        from tpuq.fleet import costs, report
 
+        with self.db.read() as s:
             shown = report.view(s)
             since = req.since if req.since is not None else shown["now"] - 30 * 86400
             return FleetView(view=shown, costs=costs.chip_hours(s, since, req.until))
