@@ -74,6 +74,9 @@ def test_an_agent_makes_a_recorded_directory_under_its_own_base_only(tmp_path) -
     assert dirs.checkpoint_dir(12, "/elsewhere/0a1b2c3d4e5f/12.3") == str(base / "12.3")
     assert dirs.checkpoint_dir(12, "/etc") == str(base / "12")
     assert dirs.checkpoint_dir(12, "/x/13") == str(base / "12"), "another job's: not taken"
+    for odd in ("/x/112", "/x/012", "/x/12.", "/x/12.3.4", "/x/12.a", "/x/12.\u0663", "/x/.."):
+        assert dirs.checkpoint_dir(12, odd) == str(base / "12"), odd
+    assert dirs.checkpoint_dir(7, "/x/7.10") == str(base / "7.10")
     shared = WorkDirs(str(tmp_path / "logs"), str(tmp_path / "home"), "gs://b/r", INSTANCE)
     assert shared.checkpoint_dir(12, "gs://b/r/0a1b2c3d4e5f/12") == "gs://b/r/0a1b2c3d4e5f/12"
     assert shared.make_checkpoint_dir(12, 1) == "gs://b/r/0a1b2c3d4e5f/12"

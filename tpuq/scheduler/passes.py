@@ -133,9 +133,14 @@ def plan_for(s: Session, settings: Settings, recent_usage: dict[str, usage.Usage
              cache: ViewCache | None = None) -> tuple[snapshot.Snapshot, policy.Plan]:
     snap = snapshot.read(s, settings.host_stale_s, settings.fair_share_half_life_h,
                          recent_usage)
+    return snap, plan_snapshot(snap, settings, cache)
+
+
+def plan_snapshot(snap: snapshot.Snapshot, settings: Settings,
+                  cache: ViewCache | None = None) -> policy.Plan:
     jobs, hosts, teams = views(snap, settings.checkpoint_wait_s, cache)
-    return snap, policy.plan(jobs, hosts, teams, snap.now, array_running=snap.array_running,
-                             tasks=snap.unmet_tasks)
+    return policy.plan(jobs, hosts, teams, snap.now, array_running=snap.array_running,
+                       tasks=snap.unmet_tasks)
 
 
 class Scheduler:
@@ -165,12 +170,17 @@ class Scheduler:
             return 0
         began = time.monotonic()
         with self.db.write() as s:
-            doomed = deps.cancel_doomed(s)
-            if doomed:
-                log.info("cancelled jobs %s: a job they wait for did not succeed", doomed)
             fresh = time.monotonic() - self._usage_at < USAGE_TTL_S
-            snap, plan = plan_for(s, self.settings, self._usage if fresh else None,
-                                  self._views)
+            snap = snapshot.read(s, self.settings.host_stale_s,
+                                 self.settings.fair_share_half_life_h,
+                                 self._usage if fresh else None)
+            if snap.doomed:  # cancelled before the plan, which then never sees them
+                doomed = set(deps.cancel_doomed(s, snap.doomed))
+                if doomed:
+                    log.info("cancelled jobs %s: a job they wait for did not succeed",
+                             sorted(doomed))
+                    snap.queued = [r for r in snap.queued if r.id not in doomed]
+            plan = plan_snapshot(snap, self.settings, self._views)
             if not fresh:
                 self._usage, self._usage_at = snap.usage, time.monotonic()
             queued = {r.id: r for r in snap.queued}

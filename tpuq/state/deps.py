@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, func, insert, or_, select
+from sqlalchemy import Table, func, insert, select
 from sqlalchemy.orm import Session
 
 from tpuq.spec import MAX_ID, SpecError
@@ -29,22 +30,32 @@ _ENDED = tuple(s.value for s in TERMINAL)
 _FAILED = tuple(s.value for s in TERMINAL if s is not JobState.SUCCEEDED)
 _WAITING = (JobState.QUEUED.value, JobState.HELD.value)
 
-# Both run every scheduling pass: Core statements built once (an ORM `aliased()` query
-# built per pass cost more than the rest of the pass's reads together)
+# Every scheduling pass reads the open links once, for both of its uses (what a queued
+# job still waits for; which waiting jobs a failed dependency dooms), as a Core statement
+# built once (an ORM `aliased()` query built per pass cost more than the rest of the
+# pass's reads together). A pass runs it after it read the queued jobs: under READ
+# COMMITTED a job committed in between has its links visible too (they commit with it).
 _JOBS = cast(Table, Job.__table__)
 _DEP, _WAITER = _JOBS.alias("dep"), _JOBS.alias("waiter")
-_UNMET = (select(DEPS.c.job_id, DEPS.c.after_id, _DEP.c.array_id, _DEP.c.array_index)
-          .join(_WAITER, _WAITER.c.id == DEPS.c.job_id)
-          .join(_DEP, _DEP.c.id == DEPS.c.after_id)
-          .where(_WAITER.c.state == JobState.QUEUED.value,
-                 or_(and_(DEPS.c.kind == OK, _DEP.c.state != JobState.SUCCEEDED.value),
-                     and_(DEPS.c.kind == ANY, _DEP.c.state.not_in(_ENDED)))))
-_DOOMED = (select(DEPS.c.job_id, _DEP.c.id, _DEP.c.state)
-           .join(_WAITER, _WAITER.c.id == DEPS.c.job_id)
-           .join(_DEP, _DEP.c.id == DEPS.c.after_id)
-           .where(DEPS.c.kind == OK, _WAITER.c.state.in_(_WAITING),
-                  _DEP.c.state.in_(_FAILED))
-           .order_by(DEPS.c.job_id))
+_OPEN = (select(DEPS.c.job_id, DEPS.c.after_id, DEPS.c.kind, _WAITER.c.state.label("waiting"),
+                _DEP.c.state, _DEP.c.array_id, _DEP.c.array_index)
+         .join(_WAITER, _WAITER.c.id == DEPS.c.job_id)
+         .join(_DEP, _DEP.c.id == DEPS.c.after_id)
+         .where(_WAITER.c.state.in_(_WAITING), _DEP.c.state != JobState.SUCCEEDED.value)
+         .order_by(DEPS.c.job_id, DEPS.c.after_id))
+
+
+@dataclass
+class Open:
+    """The links of waiting jobs whose dependency has not succeeded, read once a pass."""
+    # queued job -> the jobs it still waits for (only jobs that wait for any)
+    unmet: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    # of those, the array tasks: job -> (array id, index), for the words of a reason
+    tasks: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # waiting (queued or held) job -> (its first "ok" dependency that ended otherwise,
+    # that one's state): it can never run
+    doomed: dict[int, tuple[int, str]] = field(default_factory=dict)
+
 
 
 def resolve(s: Session, ids: Sequence[int], tasks: Sequence[Sequence[int]],
@@ -151,24 +162,26 @@ def _unmet(kind: str, state: str) -> bool:
     return state != JobState.SUCCEEDED.value if kind == OK else state not in _ENDED
 
 
-def unmet(s: Session) -> tuple[dict[int, tuple[int, ...]], dict[int, tuple[int, int]]]:
-    """Queued job -> the jobs it still waits for (only jobs that wait for any), and of
-    those that are array tasks, job -> (array id, index): a reason names them so."""
-    out: dict[int, list[int]] = defaultdict(list)
-    tasks: dict[int, tuple[int, int]] = {}
-    for job_id, after_id, array_id, index in s.execute(_UNMET):
-        out[job_id].append(after_id)
-        if array_id is not None:
-            tasks[after_id] = (int(array_id), int(index))
-    return {j: tuple(sorted(a)) for j, a in out.items()}, tasks
+def read_open(s: Session) -> Open:
+    """What waiting jobs still wait for, and which of them can never run (`Open`)."""
+    unmet: dict[int, list[int]] = defaultdict(list)
+    out = Open()
+    for job_id, after_id, kind, waiting, state, array_id, index in s.execute(_OPEN):
+        if kind == OK and state in _FAILED:
+            out.doomed.setdefault(job_id, (after_id, state))
+        if waiting == JobState.QUEUED.value and (kind == OK or state not in _ENDED):
+            unmet[job_id].append(after_id)
+            if array_id is not None:
+                out.tasks[after_id] = (int(array_id), int(index))
+    out.unmet = {j: tuple(a) for j, a in unmet.items()}  # in after_id order, as read
+    return out
 
 
-def cancel_doomed(s: Session) -> list[int]:
-    """Cancel waiting jobs whose "ok" dependency ended without succeeding."""
+def cancel_doomed(s: Session, doomed: dict[int, tuple[int, str]]) -> list[int]:
+    """Cancel the waiting jobs `read_open` found doomed (an "ok" dependency ended without
+    succeeding); the ones cancelled, in id order."""
     cancelled: list[int] = []
-    for job_id, after_id, state in s.execute(_DOOMED).all():
-        if job_id in cancelled:
-            continue
+    for job_id, (after_id, state) in sorted(doomed.items()):
         if transition(s, job_id, [JobState.QUEUED, JobState.HELD], JobState.CANCELLED,
                       reason=f"dependency job {after_id} {state}", actor="tpuq",
                       values={"ended_at": db_now()}):

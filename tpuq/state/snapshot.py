@@ -42,6 +42,8 @@ class Snapshot:
     unmet: dict[int, tuple[int, ...]] = field(default_factory=dict)  # job -> jobs it awaits
     # of those, the array tasks: job -> (array id, index), for the words of a reason
     unmet_tasks: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # a waiting job a failed "ok" dependency dooms -> (that dependency, its state)
+    doomed: dict[int, tuple[int, str]] = field(default_factory=dict)
     array_running: dict[int, int] = field(default_factory=dict)  # throttled array -> tasks on
     # host -> (its agent's shared checkpoint root or None, its TPUQ_HOME): where a job's
     # checkpoints go there (tpuq/checkpoints.py)
@@ -77,6 +79,10 @@ def read(s: Session, host_stale_s: float, half_life_h: float,
     now = float(host_rows[0].now if host_rows else s.execute(select(db_now())).scalar_one())
     snap = Snapshot(now=now)
     snap.queued = list(s.execute(_QUEUED).all())
+    # after the queued jobs (see deps._OPEN), and even with none queued: a held job can
+    # be doomed too
+    links = deps.read_open(s)
+    snap.unmet, snap.unmet_tasks, snap.doomed = links.unmet, links.tasks, links.doomed
     for h in host_rows:
         why = hosts.out_of_service(h, now, host_stale_s, h.min_code)
         member = None if h.slice_name is None else \
@@ -89,7 +95,6 @@ def read(s: Session, host_stale_s: float, half_life_h: float,
         if h.booked:
             snap.used[h.name].update(h.booked)
     if snap.queued:
-        snap.unmet, snap.unmet_tasks = deps.unmet(s)
         if any(r.checkpoint_seen_at is not None and r.checkpoint_host is not None
                for r in snap.queued):
             snap.left_home = _left_home(s)

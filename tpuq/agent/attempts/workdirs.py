@@ -29,6 +29,9 @@ from tpuq import checkpoints
 
 log = logging.getLogger("tpuq.agent")
 PASSAGE = 0o711  # reach what is yours, list nothing
+# a recorded checkpoint directory's name: `<job>`, or `<job>.<attempt>` after a move
+# (compiled once: a pattern with the job's id in it was compiled anew for every job)
+_RECORDED = re.compile(r"([0-9]+)(?:\.[0-9]+)?")
 
 
 class WorkDirs:
@@ -57,7 +60,8 @@ class WorkDirs:
         """TPUQ_CHECKPOINT_DIR: the job's directory under this host's base, named as the
         scheduler recorded it (`<job>`, or `<job>.<attempt>` after a move)."""
         name = (recorded or "").rstrip("/").rsplit("/", 1)[-1]
-        if not re.fullmatch(rf"{job_id}(\.[0-9]+)?", name):
+        named = _RECORDED.fullmatch(name)
+        if named is None or named[1] != str(job_id):
             name = str(job_id)
         joined = posixpath.join if checkpoints.is_url(self.checkpoints) else os.path.join
         return joined(self.checkpoints, name)
