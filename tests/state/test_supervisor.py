@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from tpuq.agent.attempts import outcome
 from tpuq.agent.attempts.spec import AttemptSpec
@@ -66,6 +66,7 @@ class FakeKeeper:
         self.launched: list[Launch] = []
         self.received: list[ToKeeper] = []
         self.hung_up = False  # the supervisor closed its link
+        self.ends_at_once: Ended | None = None  # said right after Started (a short job)
         self._cond = threading.Condition()
         self._sock: socket.socket | None = None
 
@@ -79,6 +80,8 @@ class FakeKeeper:
             self._sock = ours
             self.launched.append(launch)
             self._cond.notify_all()
+        if self.ends_at_once is not None:
+            ours.sendall(encode(self.ends_at_once))
         return KeeperLink(theirs), Started(pid=self.pid, keeper_pid=os.getpid(),
                                            start_ticks=proc_start_ticks(self.pid))
 
@@ -233,6 +236,23 @@ def test_a_job_that_exits_0_succeeds_with_its_exit_code(host, keeper, job_proces
         (job_id, 1, HOST, ["/bin/true"])
     assert keeper.sent() == [Collected()], "the end recorded, the keeper may go"
     assert sup.ending is not None and sup.ending.outcome is Outcome.SUCCEEDED
+
+
+def test_a_job_over_before_its_process_is_recorded_has_both_written_at_once(
+        host, keeper, job_process):
+    """A short job's end is there when its start is read: its process (pid, start
+    ticks) goes into the end's transaction, one write for the two."""
+    keeper.ends_at_once = Ended(code=0, signalled=False)
+    begun: list[int] = []  # transactions begun once the keeper launched the job
+    event.listen(host.db.engine, "begin",
+                 lambda conn: begun.append(1) if keeper.launched else None)
+    sup, job_id = supervise(host)
+    finished(host, sup)
+    assert len(begun) == 1, "the process and the end were written in one transaction"
+    job, att = rows(host.db, job_id)
+    assert (job.state, att.outcome) == ("succeeded", "succeeded")
+    assert (att.pid, att.proc_start) == (job_process.pid, proc_start_ticks(job_process.pid))
+    assert keeper.sent() == [Collected()]
 
 
 def test_exit_75_requeues_the_job_uncharged(host, keeper):

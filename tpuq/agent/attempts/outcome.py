@@ -109,12 +109,16 @@ def read_exit(log_path: str) -> Ended | None:
 def record(db: Database, job_id: int, attempt: int, host: str, end: Ending, *,
            progress: Progress | None, retry_backoff_s: float,
            host_retries: int = attempts.HOST_RETRIES,
-           checkpoint_seen: bool = False) -> Ending | None:
-    """One transaction: the last reported step (and that the host-local checkpoint
-    directory holds something), then the end (fenced: nothing changes). The ending as
-    recorded (a stop request decides how the attempt counts), or None when the attempt
-    was no longer this host's to end."""
+           checkpoint_seen: bool = False,
+           process: tuple[int, int | None] | None = None) -> Ending | None:
+    """One transaction: the job's process if it ended before it was recorded (pid, start
+    ticks), the last reported step (and that the host-local checkpoint directory holds
+    something), then the end (fenced: nothing changes). The ending as recorded (a stop
+    request decides how the attempt counts), or None when the attempt was no longer this
+    host's to end."""
     with db.write() as s:
+        if process is not None:
+            attempts.record_process(s, job_id, attempt, *process)
         if progress is not None:
             attempts.record_progress(s, job_id, attempt, *progress)
         if checkpoint_seen:

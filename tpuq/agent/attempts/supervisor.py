@@ -102,6 +102,9 @@ class Supervisor(threading.Thread):
         self.spec = spec
         self.link: KeeperLink | None = None
         self.pid: int | None = None
+        # (pid, start ticks) of a process that ended before it was recorded: written
+        # with its end, in the same transaction
+        self._unrecorded: tuple[int, int | None] | None = None
         self._progress_shown: outcome.Progress | None = None  # last step written live
         self._adopted = adopted
         self._wake_r, self._wake_w = os.pipe()
@@ -277,6 +280,10 @@ class Supervisor(threading.Thread):
         pid, ticks = self.pid or 0, msg.start_ticks
         spec = self.spec
         log.info("job %s attempt %s: started, pid %s", spec.job_id, spec.attempt, pid)
+        assert self.link is not None
+        if self.link.has_ended():  # over already: the process is written with its end
+            self._unrecorded = (pid, ticks)
+            return None
 
         def record() -> None:
             with self.ctx.db.single() as s:
@@ -480,6 +487,7 @@ class Supervisor(threading.Thread):
         recorded = self._write(
             lambda: outcome.record(self.ctx.db, spec.job_id, spec.attempt, self.fence_host,
                                    end, progress=progress, checkpoint_seen=seen,
+                                   process=self._unrecorded,
                                    retry_backoff_s=self.ctx.settings.retry_backoff_s,
                                    host_retries=self.ctx.settings.host_error_retries),
             "recording the end of")

@@ -14,6 +14,7 @@ import time
 from typing import Protocol
 
 from tpuq.agent.keeper.messages import (
+    Ended,
     FromKeeper,
     Launch,
     MessageError,
@@ -53,6 +54,12 @@ class KeeperLink:
     @property
     def has_pending(self) -> bool:
         return bool(self._pending)
+
+    def has_ended(self) -> bool:
+        """Whether the keeper already said its job ended (read without blocking; the
+        message stays pending for `events`)."""
+        self._pull()
+        return any(isinstance(m, Ended) for m in self._pending)
 
     def send(self, msg: ToKeeper) -> bool:
         try:
