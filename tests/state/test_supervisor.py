@@ -244,11 +244,17 @@ def test_a_job_over_before_its_process_is_recorded_has_both_written_at_once(
     ticks) goes into the end's transaction, one write for the two."""
     keeper.ends_at_once = Ended(code=0, signalled=False)
     begun: list[int] = []  # transactions begun once the keeper launched the job
+    said: list[str] = []  # and the statements sent
     event.listen(host.db.engine, "begin",
                  lambda conn: begun.append(1) if keeper.launched else None)
+    event.listen(host.db.engine, "before_cursor_execute",
+                 lambda conn, cursor, sql, *rest: said.append(sql) if keeper.launched else None)
     sup, job_id = supervise(host)
     finished(host, sup)
     assert len(begun) == 1, "the process and the end were written in one transaction"
+    assert [sql for sql in said if "pid=" in sql] == \
+        [sql for sql in said if "pid=" in sql and "outcome=" in sql] != [], \
+        "in the attempt's update of its end, not a statement of its own"
     job, att = rows(host.db, job_id)
     assert (job.state, att.outcome) == ("succeeded", "succeeded")
     assert (att.pid, att.proc_start) == (job_process.pid, proc_start_ticks(job_process.pid))

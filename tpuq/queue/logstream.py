@@ -142,8 +142,12 @@ class LogShipper:
                 return
             if final:
                 try:
-                    self.redis.xadd(name, {"eof": b"1"})
-                    self.redis.expire(name, TTL_S)
+                    # one round trip (not atomic: an end marker without its expiry
+                    # is shipped again, as when the connection broke between them)
+                    pipe = self.redis.pipeline(transaction=False)
+                    pipe.xadd(name, {"eof": b"1"})
+                    pipe.expire(name, TTL_S)
+                    pipe.execute()
                     self._streams.pop(k, None)
                     self._unfinished.pop(k, None)
                     self._ended[k] = None

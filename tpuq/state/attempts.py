@@ -296,9 +296,13 @@ def finish(s: Session, job_id: int, attempt: int, host: str | None, end: Ending,
 
 def finish_recorded(s: Session, job_id: int, attempt: int, host: str | None, end: Ending, *,
                     retry_backoff_s: float, actor: str = AGENT,
-                    host_retries: int = HOST_RETRIES) -> tuple[JobState, Ending] | None:
+                    host_retries: int = HOST_RETRIES,
+                    process: tuple[int, int | None] | None = None,
+                    ) -> tuple[JobState, Ending] | None:
     """As finish(), with the ending as recorded (a stop someone asked for decides how
-    the attempt counts: effective_ending), so whoever reports it says what show says."""
+    the attempt counts: effective_ending), so whoever reports it says what show says.
+    `process`: (pid, start ticks) of a process that ended before it was recorded,
+    written in the attempt's own update (record_process)."""
     # locked: a stop request written meanwhile must not be missed (it decides the outcome)
     job = s.execute(select(*_FINISH_COLUMNS).where(JOBS.c.id == job_id)
                     .with_for_update()).first()
@@ -322,7 +326,9 @@ def finish_recorded(s: Session, job_id: int, attempt: int, host: str | None, end
         actor=actor, values=values,
         riders=[_attempt_update(job_id, attempt, "ended", {
                     "outcome": end.outcome.value, "exit_code": end.exit_code,
-                    "exit_signal": end.exit_signal, "reason": end.reason}),
+                    "exit_signal": end.exit_signal, "reason": end.reason,
+                    **({} if process is None else
+                       {"pid": process[0], "proc_start": process[1]})}),
                 _release_chips(job_id, attempt)])
     return None if row is None else (to, end)
 

@@ -111,21 +111,19 @@ def record(db: Database, job_id: int, attempt: int, host: str, end: Ending, *,
            host_retries: int = attempts.HOST_RETRIES,
            checkpoint_seen: bool = False,
            process: tuple[int, int | None] | None = None) -> Ending | None:
-    """One transaction: the job's process if it ended before it was recorded (pid, start
-    ticks), the last reported step (and that the host-local checkpoint directory holds
-    something), then the end (fenced: nothing changes). The ending as recorded (a stop
-    request decides how the attempt counts), or None when the attempt was no longer this
-    host's to end."""
+    """One transaction: the last reported step (and that the host-local checkpoint
+    directory holds something), then the end (fenced: nothing changes), with the job's
+    process if it ended before it was recorded (`process`: pid, start ticks). The ending
+    as recorded (a stop request decides how the attempt counts), or None when the
+    attempt was no longer this host's to end."""
     with db.write() as s:
-        if process is not None:
-            attempts.record_process(s, job_id, attempt, *process)
         if progress is not None:
             attempts.record_progress(s, job_id, attempt, *progress)
         if checkpoint_seen:
             attempts.checkpoint_seen(s, job_id, attempt)
         done = attempts.finish_recorded(s, job_id, attempt, host, end,
                                         retry_backoff_s=retry_backoff_s,
-                                        host_retries=host_retries)
+                                        host_retries=host_retries, process=process)
     return None if done is None else done[1]
 
 

@@ -51,6 +51,11 @@ JOB_UMASK = 0o022  # a job's files are as a login shell would make them (the age
 # a session waits this long for its caller's terminal once its attempt starts here (a
 # caller elsewhere reaches this host over SSH first)
 ATTACH_WAIT_S = 60.0
+# a job that ends this soon after its start has its process written with its end, one
+# write for the two (an array of short tasks, say). Meanwhile its keeper holds it, and a
+# restarted agent adopts it from there; were the keeper killed too, the start-up sweep
+# finds the orphan by its environment (tests/e2e/test_host_ownership.py)
+SHORT_JOB_S = 0.05
 # what a session is told before the stop signal, by why it is stopped
 STOP_WORDS = {"cancel": "the session was cancelled", "preempt": "the host is preempted",
               "timeout": "the session reached its time limit (--time)"}
@@ -281,7 +286,7 @@ class Supervisor(threading.Thread):
         spec = self.spec
         log.info("job %s attempt %s: started, pid %s", spec.job_id, spec.attempt, pid)
         assert self.link is not None
-        if self.link.has_ended():  # over already: the process is written with its end
+        if self.link.ends_within(SHORT_JOB_S):  # the process is written with its end
             self._unrecorded = (pid, ticks)
             return None
 

@@ -55,11 +55,18 @@ class KeeperLink:
     def has_pending(self) -> bool:
         return bool(self._pending)
 
-    def has_ended(self) -> bool:
-        """Whether the keeper already said its job ended (read without blocking; the
-        message stays pending for `events`)."""
-        self._pull()
-        return any(isinstance(m, Ended) for m in self._pending)
+    def ends_within(self, timeout: float) -> bool:
+        """Whether the keeper says its job ended within `timeout` seconds (False at once
+        when it closed its socket); the message stays pending for `events`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self._pull()
+            if any(isinstance(m, Ended) for m in self._pending):
+                return True
+            left = deadline - time.monotonic()
+            if self._gone or left <= 0:
+                return False
+            select.select([self.sock], [], [], left)
 
     def send(self, msg: ToKeeper) -> bool:
         try:
