@@ -23,7 +23,6 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -44,7 +43,7 @@ Notify = Callable[[], None]
 
 # queued job id -> (its snapshot row, the jobs it waited for, its view), kept between the
 # passes of one scheduler: a deep queue changes little from one pass to the next
-ViewCache = dict[int, tuple[Any, tuple[int, ...], policy.JobView]]
+ViewCache = dict[int, tuple[snapshot.QueuedRow, tuple[int, ...], policy.JobView]]
 
 
 def job_views(snap: snapshot.Snapshot, cache: ViewCache | None = None) -> list[policy.JobView]:
@@ -68,7 +67,7 @@ def job_views(snap: snapshot.Snapshot, cache: ViewCache | None = None) -> list[p
             cache[r.id] = (r, unmet, view)
         out.append(view)
     if cache is not None and len(cache) > len(out):
-        for gone in set(cache) - {v.id for v in out}:
+        for gone in cache.keys() - {v.id for v in out}:
             del cache[gone]
     return out
 
@@ -101,7 +100,7 @@ def _later(a: float | None, b: float | None) -> float | None:
     return b if a is None else a if b is None else max(a, b)
 
 
-def _homed(job: policy.JobView, left: float, row: Any, wait_s: float) -> policy.JobView:
+def _homed(job: policy.JobView, left: float, row: snapshot.QueuedRow, wait_s: float) -> policy.JobView:
     """A queued job whose checkpoints are on one host's disk, seen to hold something
     (snapshot.left_home): it prefers that host, and waits for it `wait_s` from the end
     of its last attempt (`left`)."""
@@ -183,7 +182,8 @@ class Scheduler:
             plan = plan_snapshot(snap, self.settings, self._views)
             if not fresh:
                 self._usage, self._usage_at = snap.usage, time.monotonic()
-            queued = {r.id: r for r in snap.queued}
+            assigned = {a.job_id for a in plan.assignments}
+            queued = {r.id: r for r in snap.queued if r.id in assigned} if assigned else {}
             for a in plan.assignments:
                 row = queued[a.job_id]
                 where = self._checkpoints(s, snap, row, a)
@@ -203,7 +203,7 @@ class Scheduler:
             self.dispatch(host, job_id, n)
         return len(started)
 
-    def _checkpoints(self, s: Session, snap: snapshot.Snapshot, row: Any,
+    def _checkpoints(self, s: Session, snap: snapshot.Snapshot, row: snapshot.QueuedRow,
                      a: policy.Assignment) -> checkpoints.Placement:
         """Where the assigned attempt keeps its checkpoints, from the host's registration
         (a slice's: worker 0's) and where the job's were; and whether it starts over."""

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
-from sqlalchemy import JSON, Row, Table, func, literal_column, select
+from sqlalchemy import JSON, Table, func, literal_column, select
 from sqlalchemy.orm import Session
 
 from tpuq.state import deps, hosts
@@ -25,7 +25,7 @@ from tpuq.state.states import ACTIVE, JobState
 @dataclass
 class Snapshot:
     now: float
-    queued: list[Row[Any]] = field(default_factory=list)  # rows of QUEUED_COLUMNS
+    queued: list[QueuedRow] = field(default_factory=list)
     # (name, tpu_type, chips, why it takes no work or None, (slice, worker, slice type)
     # for a worker of a multi-host slice or None, chip counts it does not offer)
     hosts: list[tuple[str, str | None, tuple[int, ...], str | None,
@@ -58,10 +58,34 @@ JOBS = cast(Table, Job.__table__)
 ALLOCATIONS = cast(Table, Allocation.__table__)
 ATTEMPTS = cast(Table, Attempt.__table__)
 TEAMS = cast(Table, Team.__table__)
-QUEUED_COLUMNS = tuple(JOBS.c[n] for n in (
-    "id", "team", "owner", "priority", "submitted_at", "chips", "tpu_type", "not_before",
-    "attempt", "time_limit_s", "array_id", "array_throttle", "workers", "checkpoint_dir",
-    "checkpoint_host", "checkpoint_seen_at", "begin_at"))
+
+
+class QueuedRow(NamedTuple):
+    """A queued job as a pass reads it: a plain named tuple, not SQLAlchemy's Row. Every
+    pass reads every queued job, and at 1,000 of them Row's construction, attribute
+    access and comparison (the view cache compares each row) were a third of the
+    agent's CPU; these columns are integers, floats and strings, which the DBAPI
+    returns as they are."""
+    id: int
+    team: str
+    owner: str
+    priority: int
+    submitted_at: float
+    chips: int | None
+    tpu_type: str | None
+    not_before: float | None
+    attempt: int
+    time_limit_s: float | None
+    array_id: int | None
+    array_throttle: int | None
+    workers: int | None
+    checkpoint_dir: str | None
+    checkpoint_host: str | None
+    checkpoint_seen_at: float | None
+    begin_at: float | None
+
+
+QUEUED_COLUMNS = tuple(JOBS.c[n] for n in QueuedRow._fields)
 HOST_COLUMNS = tuple(cast(Table, Host.__table__).c[n] for n in (
     "name", "tpu_type", "chips", "heartbeat_at", "draining", "busy_reason", "stopped_at",
     "slice_name", "slice_worker", "slice_type", "unavailable", "lost_reason",
@@ -78,7 +102,7 @@ def read(s: Session, host_stale_s: float, half_life_h: float,
     host_rows = s.execute(_host_select(s.get_bind().dialect.name)).all()
     now = float(host_rows[0].now if host_rows else s.execute(select(db_now())).scalar_one())
     snap = Snapshot(now=now)
-    snap.queued = list(s.execute(_QUEUED).all())
+    snap.queued = _queued(s)
     # after the queued jobs (see deps._OPEN), and even with none queued: a held job can
     # be doomed too
     links = deps.read_open(s)
@@ -95,10 +119,14 @@ def read(s: Session, host_stale_s: float, half_life_h: float,
         if h.booked:
             snap.used[h.name].update(h.booked)
     if snap.queued:
-        if any(r.checkpoint_seen_at is not None and r.checkpoint_host is not None
-               for r in snap.queued):
+        left_home, throttled = False, set[int]()
+        for r in snap.queued:  # one scan of a possibly long list
+            if r.checkpoint_seen_at is not None and r.checkpoint_host is not None:
+                left_home = True
+            if r.array_throttle is not None and r.array_id is not None:
+                throttled.add(r.array_id)
+        if left_home:
             snap.left_home = _left_home(s)
-        throttled = {r.array_id for r in snap.queued if r.array_throttle is not None}
         if throttled:
             snap.array_running = _array_running(s, throttled)
     if snap.queued and snap.used:
@@ -149,6 +177,25 @@ def _booked_chips(dialect: str) -> Any:
     return (select(agg(ALLOCATIONS.c.chip, type_=JSON))
             .where(ALLOCATIONS.c.host == literal_column("hosts.name"))
             .scalar_subquery())
+
+
+_QUEUED_SQL: dict[str, str] = {}
+
+
+def _queued(s: Session) -> list[QueuedRow]:
+    """Every queued job, through the DBAPI cursor of the pass's own transaction (the
+    statement rendered once per dialect, its one value inline: no parameters)."""
+    dialect = s.get_bind().dialect
+    sql = _QUEUED_SQL.get(dialect.name)
+    if sql is None:
+        sql = _QUEUED_SQL[dialect.name] = str(_QUEUED.compile(
+            dialect=dialect, compile_kwargs={"literal_binds": True}))
+    cursor = s.connection().connection.cursor()
+    try:
+        cursor.execute(sql)
+        return list(map(QueuedRow._make, cursor.fetchall()))
+    finally:
+        cursor.close()
 
 
 # The statements of every pass, built once (building one costs as much as running it on
