@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, NamedTuple, cast
 
 from sqlalchemy import JSON, Table, func, literal_column, select
@@ -180,6 +181,7 @@ def _booked_chips(dialect: str) -> Any:
 
 
 _QUEUED_SQL: dict[str, str] = {}
+_AS_QUEUED_ROW = partial(tuple.__new__, QueuedRow)
 
 
 def _queued(s: Session) -> list[QueuedRow]:
@@ -193,7 +195,9 @@ def _queued(s: Session) -> list[QueuedRow]:
     cursor = s.connection().connection.cursor()
     try:
         cursor.execute(sql)
-        return list(map(QueuedRow._make, cursor.fetchall()))
+        # tuple.__new__, not _make: _make is Python code, and its length check is the
+        # statement's own (it selects QueuedRow's fields)
+        return list(map(_AS_QUEUED_ROW, cursor.fetchall()))
     finally:
         cursor.close()
 
