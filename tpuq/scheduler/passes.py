@@ -100,7 +100,8 @@ def _later(a: float | None, b: float | None) -> float | None:
     return b if a is None else a if b is None else max(a, b)
 
 
-def _homed(job: policy.JobView, left: float, row: snapshot.QueuedRow, wait_s: float) -> policy.JobView:
+def _homed(job: policy.JobView, left: float, row: snapshot.QueuedRow,
+           wait_s: float) -> policy.JobView:
     """A queued job whose checkpoints are on one host's disk, seen to hold something
     (snapshot.left_home): it prefers that host, and waits for it `wait_s` from the end
     of its last attempt (`left`)."""

@@ -57,7 +57,6 @@ class Open:
     doomed: dict[int, tuple[int, str]] = field(default_factory=dict)
 
 
-
 def resolve(s: Session, ids: Sequence[int], tasks: Sequence[Sequence[int]],
             option: str = "--after") -> list[int]:
     """The jobs a dependency names, as SLURM reads them: an array's id (its first

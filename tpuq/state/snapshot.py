@@ -64,7 +64,7 @@ TEAMS = cast(Table, Team.__table__)
 class QueuedRow(NamedTuple):
     """A queued job as a pass reads it: a plain named tuple, not SQLAlchemy's Row. Every
     pass reads every queued job, and at 1,000 of them Row's construction, attribute
-    access and comparison (the view cache compares each row) were a third of the
+    access and comparison (the view cache compares each row) were a quarter of the
     agent's CPU; these columns are integers, floats and strings, which the DBAPI
     returns as they are."""
     id: int
