@@ -143,6 +143,7 @@ def print_comparison(rev: str, table: dict[str, Any], errors: list[str]) -> None
 
 # figures without a row of their own, worth seeing side by side
 EXTRA = (("turnover_agent_cpu_ms_per_job", "turnover: agent CPU/job"),
+         ("deep_turnover_agent_cpu_ms_per_job", "deep queue: agent CPU/job"),
          ("team_turnover_agent_cpu_ms_per_job", "team: agent CPU/job"),
          ("python_pass_p50_ms", "python -c pass p50"),
          ("socket_submit_ms_per_job", "socket submit/job"))

@@ -46,16 +46,17 @@ class Sizes:
     preempt_rounds: int
     status_runs: int
     array_tasks: int
+    deep_jobs: int  # the deep-queue turnover: this many queued behind the blocker
 
 
 FULL = Sizes(fork_exec_runs=200, python_runs=100, submit_runs=200, latency_runs=200,
              turnover_jobs=200, turnover_rounds=3, celery_runs=200, team_latency_runs=30,
              team_turnover_jobs=200, team_turnover_rounds=3, preempt_rounds=3, status_runs=30,
-             array_tasks=10_000)
+             array_tasks=10_000, deep_jobs=2_000)
 QUICK = Sizes(fork_exec_runs=30, python_runs=10, submit_runs=10, latency_runs=10,
               turnover_jobs=50, turnover_rounds=1, celery_runs=50, team_latency_runs=10,
               team_turnover_jobs=50, team_turnover_rounds=1, preempt_rounds=1, status_runs=5,
-              array_tasks=2_000)
+              array_tasks=2_000, deep_jobs=400)
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,8 @@ ROWS = (
         "sequential subprocess.run(/bin/true)", 8.0),
     Row("turnover gap p95", "turnover_gap_p95_ms", "turnover_gap_p50_ms",
         "turnover gap p50", None, max_ratio=1.5),
+    Row("turnover, deep queue", "deep_turnover_ms_per_job", "turnover_ms_per_job",
+        "turnover per job (200 queued)", None),
     Row("scheduling pass", "policy_plan_median_ms", "policy_sorted_baseline_median_ms",
         "sorted() of the same 100k keys", 100.0),
     Row("status, 10k jobs, p50", "status_agent_p50_ms", "status_agent_python_pass_paired_p50_ms",
@@ -142,6 +145,13 @@ def sections(sizes: Sizes, keep: bool) -> dict[str, Callable[[], dict[str, float
                 rounds.append(turnover.turnover(stack, sizes.turnover_jobs))
         return turnover.median_of(rounds)
 
+    def deep_queue() -> dict[str, float]:
+        """Turnover with deep_jobs queued (one round): every pass reads every queued
+        job, so what each costs shows here first."""
+        with EmbeddedStack(keep=keep) as stack:
+            got = turnover.turnover(stack, sizes.deep_jobs)
+        return {f"deep_{k}": v for k, v in got.items()}
+
     def team_latency() -> dict[str, float]:
         with team.TeamStack(keep=keep) as stack:
             with team.CeleryWorker(stack) as worker:
@@ -169,7 +179,7 @@ def sections(sizes: Sizes, keep: bool) -> dict[str, Callable[[], dict[str, float
 
     return {"baselines": base, "submit": cli,
             "status": lambda: status.run(sizes.status_runs, keep),
-            "turnover": queue, "team": team_latency, "team-turnover": team_queue,
+            "turnover": queue, "deep-queue": deep_queue, "team": team_latency, "team-turnover": team_queue,
             "arrays": lambda: arrays.figures(sizes.array_tasks),
             "preemption": preemption, "policy": policy.run}
 
@@ -309,6 +319,7 @@ def print_table(figures: dict[str, float], table: list[dict[str, object]], sizes
              ("turnover: median gap between job ends", "turnover_gap_p50_ms"),
              ("turnover: longest gap", "turnover_gap_max_ms"),
              ("turnover: agent CPU per job", "turnover_agent_cpu_ms_per_job"),
+             ("deep queue: agent CPU per job", "deep_turnover_agent_cpu_ms_per_job"),
              ("scheduling pass, best of 5", "policy_plan_best_ms"),
              ("team: submit via the state API, per job",
               "team_state_api_submit_ms_per_job"),
