@@ -85,7 +85,7 @@ ROWS = (
     Row("turnover gap p95", "turnover_gap_p95_ms", "turnover_gap_p50_ms",
         "turnover gap p50", None, max_ratio=1.5),
     Row("turnover, deep queue", "deep_turnover_ms_per_job", "turnover_ms_per_job",
-        "turnover per job (200 queued)", None),
+        "turnover per job, the row above", None),
     Row("scheduling pass", "policy_plan_median_ms", "policy_sorted_baseline_median_ms",
         "sorted() of the same 100k keys", 100.0),
     Row("status, 10k jobs, p50", "status_agent_p50_ms", "status_agent_python_pass_paired_p50_ms",
