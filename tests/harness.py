@@ -166,7 +166,8 @@ class Stack:
         its children were listed."""
         keepers = self.keepers()
         _signal_all(keepers, signal.SIGSTOP)
-        jobs = [pid for pid, (ppid, _) in _processes().items() if ppid in set(keepers)]
+        parents = set(keepers)
+        jobs = [pid for pid, (ppid, _) in _processes().items() if ppid in parents]
         _signal_all(keepers, signal.SIGKILL)
         for pid in jobs:
             try:

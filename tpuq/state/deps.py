@@ -168,7 +168,7 @@ def read_open(s: Session) -> Open:
     for job_id, after_id, kind, waiting, state, array_id, index in s.execute(_OPEN):
         if kind == OK and state in _FAILED:
             out.doomed.setdefault(job_id, (after_id, state))
-        if waiting == JobState.QUEUED.value and (kind == OK or state not in _ENDED):
+        if waiting == JobState.QUEUED.value and _unmet(kind, state):
             unmet[job_id].append(after_id)
             if array_id is not None:
                 out.tasks[after_id] = (int(array_id), int(index))
