@@ -193,6 +193,7 @@ def test_postgres_down_while_a_job_ends_its_outcome_is_recorded_once_back(
     agent = stack.start_agent(host)
     job_id = stack.submit(*gated(out, gate))
     stack.wait_log(job_id, "waiting")
+    stack.wait_process(job_id)  # its start is recorded: only its end meets the outage
 
     stack.pg.stop()
     down_at = time.monotonic()
