@@ -28,6 +28,7 @@
 - `webtokens.py`    the dashboard's sign-in tokens (digests only)
 - `clock.py`        the database clock
 - `db.py`           engines, sessions, the schema gate
+- `direct.py`       the hot statements, run on the DBAPI cursor (compiled once)
 - `versions.py`     which code may act on which schema (the database's minimum code)
 - `migrate.py`      Alembic driven from code
 - `outage.py`       which errors mean "database away", and retrying through them

@@ -13,7 +13,6 @@ from typing import Any, cast
 from sqlalchemy import (
     ColumnElement,
     Integer,
-    Row,
     String,
     Table,
     Text,
@@ -29,7 +28,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 
 from tpuq.checkpoints import Placement
-from tpuq.state import hosts
+from tpuq.state import direct, hosts
 from tpuq.state.clock import db_now, from_now
 from tpuq.state.db import SCHEMA_HEAD
 from tpuq.state.models import Allocation, Attempt, Job
@@ -102,9 +101,9 @@ START_COLUMNS = (*(JOBS.c[name] for name in RUN_FIELDS), _of_this_attempt(ATTEMP
 
 
 def start(s: Session, job_id: int, attempt: int, host: str, *, boot_id: str, log_path: str,
-          lease_s: float) -> Row[Any] | None:
+          lease_s: float) -> Any:
     """assigned -> running, before the process exists; returns what the host needs to run
-    it (START_COLUMNS). One statement on PostgreSQL: may run under Database.single().
+    it (START_COLUMNS, a named tuple). One statement on PostgreSQL: may run under Database.single().
 
     None means a stale or duplicate doorbell, or a cancel that came first: do nothing.
     Recording the boot id here (not after the spawn) lets a restarted agent recognise
@@ -257,6 +256,8 @@ class Ending:
 _FINISH_COLUMNS = tuple(JOBS.c[name] for name in (
     "state", "attempt", "host", "stop_request", "reason", "failures", "max_retries",
     "preemptions", "requeue_on_preempt", "session"))
+# locked: a stop request written meanwhile must not be missed (it decides the outcome)
+_FINISH_ROW = select(*_FINISH_COLUMNS).where(JOBS.c.id == bindparam("tq_job")).with_for_update()
 
 
 # Outcomes that are the host's doing, not the job's. They requeue the job uncharged, but
@@ -303,9 +304,7 @@ def finish_recorded(s: Session, job_id: int, attempt: int, host: str | None, end
     the attempt counts: effective_ending), so whoever reports it says what show says.
     `process`: (pid, start ticks) of a process that ended before it was recorded,
     written in the attempt's own update (record_process)."""
-    # locked: a stop request written meanwhile must not be missed (it decides the outcome)
-    job = s.execute(select(*_FINISH_COLUMNS).where(JOBS.c.id == job_id)
-                    .with_for_update()).first()
+    job = direct.first(s, _FINISH_ROW, {"tq_job": job_id})
     if job is None or job.attempt != attempt or JobState(job.state) not in ACTIVE:
         return None
     if host is not None and job.host != host:

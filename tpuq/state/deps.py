@@ -13,10 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from sqlalchemy import Table, func, insert, select
+from sqlalchemy import Table, func, insert, or_, select
 from sqlalchemy.orm import Session
 
 from tpuq.spec import MAX_ID, SpecError
+from tpuq.state import direct
 from tpuq.state.clock import db_now
 from tpuq.state.models import Job, JobDep
 from tpuq.state.states import TERMINAL, JobState
@@ -41,7 +42,8 @@ _OPEN = (select(DEPS.c.job_id, DEPS.c.after_id, DEPS.c.kind, _WAITER.c.state.lab
                 _DEP.c.state, _DEP.c.array_id, _DEP.c.array_index)
          .join(_WAITER, _WAITER.c.id == DEPS.c.job_id)
          .join(_DEP, _DEP.c.id == DEPS.c.after_id)
-         .where(_WAITER.c.state.in_(_WAITING), _DEP.c.state != JobState.SUCCEEDED.value)
+         .where(or_(*(_WAITER.c.state == w for w in _WAITING)),
+                _DEP.c.state != JobState.SUCCEEDED.value)
          .order_by(DEPS.c.job_id, DEPS.c.after_id))
 
 
@@ -165,7 +167,7 @@ def read_open(s: Session) -> Open:
     """What waiting jobs still wait for, and which of them can never run (`Open`)."""
     unmet: dict[int, list[int]] = defaultdict(list)
     out = Open()
-    for job_id, after_id, kind, waiting, state, array_id, index in s.execute(_OPEN):
+    for job_id, after_id, kind, waiting, state, array_id, index in direct.rows(s, _OPEN):
         if kind == OK and state in _FAILED:
             out.doomed.setdefault(job_id, (after_id, state))
         if waiting == JobState.QUEUED.value and _unmet(kind, state):

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, NamedTuple, cast
 
 from sqlalchemy import JSON, Table, func, literal_column, select
 from sqlalchemy.orm import Session
 
-from tpuq.state import deps, hosts
+from tpuq.state import deps, direct, hosts
 from tpuq.state import usage as usage_mod
 from tpuq.state.clock import db_now
 from tpuq.state.models import Allocation, Attempt, Host, Job, Team
@@ -100,7 +99,7 @@ def read(s: Session, host_stale_s: float, half_life_h: float,
     (the hard quota) are always read fresh."""
     # the database clock and each host's booked chips come with the host rows: one round
     # trip instead of three, on every pass
-    host_rows = s.execute(_host_select(s.get_bind().dialect.name)).all()
+    host_rows = direct.rows(s, _host_select(s.get_bind().dialect.name))
     now = float(host_rows[0].now if host_rows else s.execute(select(db_now())).scalar_one())
     snap = Snapshot(now=now)
     snap.queued = _queued(s)
@@ -131,9 +130,9 @@ def read(s: Session, host_stale_s: float, half_life_h: float,
         if throttled:
             snap.array_running = _array_running(s, throttled)
     if snap.queued and snap.used:
-        for host, chip, end in s.execute(_LIMITED_CHIPS):
+        for host, chip, end in direct.rows(s, _LIMITED_CHIPS):
             snap.ends[host][chip] = float(end)
-    snap.teams = {t.name: t for t in s.execute(_TEAMS)}
+    snap.teams = {t.name: t for t in direct.rows(s, _TEAMS)}
     # chips in use per team only matter to limits, and limits live in team rows
     snap.team_running = usage_mod.team_running(s) if snap.teams else {}
     periods = {name: t.budget_period for name, t in snap.teams.items()}
@@ -180,26 +179,9 @@ def _booked_chips(dialect: str) -> Any:
             .scalar_subquery())
 
 
-_QUEUED_SQL: dict[str, str] = {}
-_AS_QUEUED_ROW = partial(tuple.__new__, QueuedRow)
-
-
 def _queued(s: Session) -> list[QueuedRow]:
-    """Every queued job, through the DBAPI cursor of the pass's own transaction (the
-    statement rendered once per dialect, its one value inline: no parameters)."""
-    dialect = s.get_bind().dialect
-    sql = _QUEUED_SQL.get(dialect.name)
-    if sql is None:
-        sql = _QUEUED_SQL[dialect.name] = str(_QUEUED.compile(
-            dialect=dialect, compile_kwargs={"literal_binds": True}))
-    cursor = s.connection().connection.cursor()
-    try:
-        cursor.execute(sql)
-        # tuple.__new__, not _make: _make is Python code, and its length check is the
-        # statement's own (it selects QueuedRow's fields)
-        return list(map(_AS_QUEUED_ROW, cursor.fetchall()))
-    finally:
-        cursor.close()
+    """Every queued job, run on the cursor (state/direct.py) as QueuedRow tuples."""
+    return direct.rows(s, _QUEUED, row=QueuedRow)
 
 
 # The statements of every pass, built once (building one costs as much as running it on

@@ -19,7 +19,6 @@ from sqlalchemy import (
     ColumnElement,
     Double,
     Integer,
-    Row,
     String,
     Table,
     Text,
@@ -31,9 +30,11 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.engine import CursorResult
 from sqlalchemy.orm import Session
 
 from tpuq.errors import Failure, TpuqError
+from tpuq.state import direct
 from tpuq.state.clock import FromNow, db_now
 from tpuq.state.models import Job, JobEvent, Notification
 from tpuq.state.states import (
@@ -152,9 +153,9 @@ def transition_returning(
     values: Mapping[str, Any] | None = None,
     returning: Sequence[Any] = (),
     riders: Sequence[Rider] = (),
-) -> Row[Any] | None:
+) -> Any:
     """The compare-and-set from one state, with `returning` columns of the changed job row
-    (None when refused), its event row and its `riders`.
+    as a named tuple (`attempt` first; None when refused), its event row and its `riders`.
 
     On PostgreSQL all of it is one statement (data-modifying WITH queries, each rider
     gated on the change having happened): one round trip, atomic even without an explicit
@@ -182,15 +183,24 @@ def transition_returning(
     fixed = not any(isinstance(v, ClauseElement) for v in values.values())
     key = (pg, spec.key()) if fixed else None
     if pg:
-        return s.execute(_statement(key, lambda: spec.one_statement(values)), params).first()
-    row = s.execute(_statement(key and (*key, "update"), lambda: spec.update(values)),
-                    params).first()
+        return _run(s, key, lambda: spec.one_statement(values), params)
+    row = _run(s, key and (*key, "update"), lambda: spec.update(values), params)
     if row is not None:
         params["tq_event_attempt"] = row.attempt
-        s.execute(_statement(key and (*key, "event"), lambda: spec.event(None)), params)
+        _run(s, key and (*key, "event"), lambda: spec.event(None), params)
         for i, r in enumerate(riders):
-            s.execute(_statement(key and (*key, "rider", i), partial(r.build, None)), params)
+            _run(s, key and (*key, "rider", i), partial(r.build, None), params)
     return row
+
+
+def _run(s: Session, key: Hashable | None, build: Callable[[], Any],
+         params: Mapping[str, Any]) -> Any:
+    """The first row of the statement of `key` (built once, run on the cursor:
+    state/direct.py), or of a statement built for this call only (key None)."""
+    if key is None:
+        result = cast("CursorResult[Any]", s.execute(build(), params))
+        return result.first() if result.returns_rows else None
+    return direct.first(s, _statement(key, build), params)
 
 
 # the words of spec.NOTIFY_EVENTS that ask to hear of each event (a new state, a

@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from tpuq.state import teams
+from tpuq.state import direct, teams
 from tpuq.state.clock import db_now
 from tpuq.state.models import Allocation, Attempt, Host, Job, Team
 from tpuq.state.states import NOT_CHARGED
@@ -130,14 +130,16 @@ def _charged(s: Session, since: float) -> Iterable[Any]:
     ).all()
 
 
+# chips booked per team, owner and type of host: read every pass
+_RUNNING = (select(Job.team, Job.owner, Host.tpu_type, func.count())
+            .select_from(Allocation)
+            .join(Job, Job.id == Allocation.job_id)
+            .join(Host, Host.name == Allocation.host, isouter=True)
+            .group_by(Job.team, Job.owner, Host.tpu_type))
+
+
 def team_running(s: Session) -> dict[str, tuple[int, dict[str, int], dict[str, int]]]:
-    rows = s.execute(
-        select(Job.team, Job.owner, Host.tpu_type, func.count())
-        .select_from(Allocation)
-        .join(Job, Job.id == Allocation.job_id)
-        .join(Host, Host.name == Allocation.host, isouter=True)
-        .group_by(Job.team, Job.owner, Host.tpu_type)
-    ).all()
+    rows = direct.rows(s, _RUNNING)
     out: dict[str, tuple[int, dict[str, int], dict[str, int]]] = {}
     for team, owner, tpu_type, n in rows:
         total, by_type, by_user = out.get(team, (0, {}, {}))

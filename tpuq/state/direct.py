@@ -1,0 +1,133 @@
+"""Statements run straight on the DBAPI cursor of a session's transaction.
+
+For the few statements that run several times per job (a state change, a pass's reads):
+through `Session.execute` each paid more in SQLAlchemy's per-call machinery (coercing
+the statement, keying the compiled cache, building parameters and the result) than
+SQLite took to run it. Here a statement is compiled once per dialect, with what its
+types do to values and rows worked out then; a call binds the values in order, runs
+the SQL on the session's own connection (so inside its transaction, BEGIN and
+autocommit included) and returns plain named tuples.
+
+Rules: only statements built once and kept (keyed by identity: `rows(s, stmt, ...)`
+with a statement built per call would compile it per call); no expanding IN lists or
+values rendered at execution (refused when compiled). A database error is raised as
+SQLAlchemy raises it (`sqlalchemy.exc.DBAPIError` and its kinds), and a lost connection
+is invalidated as SQLAlchemy would, so callers tell an outage the same way; the engine's
+`before_cursor_execute` listeners hear every statement (with no execution context).
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any
+
+from sqlalchemy import exc
+from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import BindParameter
+
+
+class _Compiled:
+    __slots__ = ("sql", "positional", "binds", "row", "types", "results")
+
+    def __init__(self, sql: str, positional: bool,
+                 binds: tuple[tuple[str, Callable[[Any], Any] | None, Any], ...],
+                 row: Callable[[tuple[Any, ...]], Any], types: tuple[Any, ...]) -> None:
+        self.sql, self.positional, self.binds, self.row = sql, positional, binds, row
+        self.types = types  # each column's type as this dialect has it
+        # what converts each column's values, worked out from the first result's
+        # description (a driver's type codes decide it); None: no column to convert
+        self.results: tuple[Callable[[Any], Any] | None, ...] | None | bool = False
+
+
+_NOTHING = object()
+# (dialect name, id of the statement, row type) -> its compiled form; the statement is
+# kept in the value, so its id cannot be reused by another while it is here
+_COMPILED: dict[tuple[str, int, type | None], tuple[Any, _Compiled]] = {}
+
+
+def rows(s: Session, stmt: Any, params: Mapping[str, Any] | None = None, *,
+         row: type[tuple[Any, ...]] | None = None) -> list[Any]:
+    """Every row of `stmt` run with `params`, as named tuples (attributes: the columns'
+    keys, as a SQLAlchemy Row has them), or of the `row` type given (a NamedTuple whose
+    fields are the statement's columns, in order)."""
+    conn = s.connection()
+    dialect = conn.dialect
+    c = _compiled(stmt, dialect, row)
+    given = params or {}
+    values = []
+    for name, process, own in c.binds:
+        v = given.get(name, own)
+        if v is _NOTHING:
+            raise exc.ArgumentError(f"a value is required for bind parameter {name!r}")
+        values.append(process(v) if process is not None and v is not None else v)
+    args: Any = values if c.positional else dict(zip((b[0] for b in c.binds), values,
+                                                      strict=True))
+    raw = conn.connection
+    cursor = raw.cursor()
+    heard = conn.dispatch.before_cursor_execute
+    try:
+        if heard:  # listeners (statement counts, logging) hear it as from Session.execute
+            heard(conn, cursor, c.sql, args, None, False)
+        cursor.execute(c.sql, args)
+        described = cursor.description
+        fetched = cursor.fetchall() if described is not None else []
+        if c.results is False and described is not None:
+            found = tuple(t.result_processor(dialect, d[1])
+                          for t, d in zip(c.types, described, strict=True))
+            c.results = found if any(found) else None
+    except dialect.loaded_dbapi.Error as e:
+        gone = dialect.is_disconnect(e, raw, cursor)
+        if gone:
+            conn.invalidate(e)
+        raise exc.DBAPIError.instance(c.sql, args, e, dialect.loaded_dbapi.Error,
+                                      connection_invalidated=gone, dialect=dialect) from e
+    finally:
+        cursor.close()
+    procs = c.results
+    if not isinstance(procs, tuple):  # nothing to convert
+        return list(map(c.row, fetched))
+    return [c.row(tuple(v if p is None or v is None else p(v)
+                        for p, v in zip(procs, r, strict=True))) for r in fetched]
+
+
+def first(s: Session, stmt: Any, params: Mapping[str, Any] | None = None) -> Any:
+    """The first row of `stmt` run with `params`, or None (a statement that returns no
+    rows: None)."""
+    found = rows(s, stmt, params)
+    return found[0] if found else None
+
+
+def _compiled(stmt: Any, dialect: Any, row: type[tuple[Any, ...]] | None) -> _Compiled:
+    key = (dialect.name, id(stmt), row)
+    hit = _COMPILED.get(key)
+    if hit is not None:
+        return hit[1]
+    compiled = stmt.compile(dialect=dialect)
+    if compiled.literal_execute_params or compiled.post_compile_params or \
+            getattr(compiled, "escaped_bind_names", None):
+        raise NotImplementedError("direct.rows: a statement with values rendered at "
+                                  "execution or renamed parameters; use Session.execute")
+    positional = bool(compiled.positional)
+    names = list(compiled.positiontup or ()) if positional else list(compiled.binds)
+    binds = tuple((name, *_bind(compiled.binds[name], dialect)) for name in names)
+    columns = list(stmt.exported_columns)
+    keys = [col.key for col in columns]
+    if row is not None and list(getattr(row, "_fields", ())) != keys:
+        raise TypeError(f"direct.rows: {row.__name__} is not the statement's columns {keys}")
+    row_type = row or namedtuple("Row", keys, rename=True)
+    # tuple.__new__, not _make: _make is Python code, its length check the statement's
+    made = _Compiled(str(compiled), positional, binds, partial(tuple.__new__, row_type),
+                     tuple(col.type.dialect_impl(dialect) for col in columns))
+    _COMPILED[key] = (stmt, made)
+    return made
+
+
+def _bind(bind: BindParameter[Any], dialect: Any) -> tuple[Callable[[Any], Any] | None, Any]:
+    """(its processor, its own value): a literal's, a callable's at each call, or none."""
+    process = bind.type.dialect_impl(dialect).bind_processor(dialect)
+    if bind.callable is not None:
+        raise NotImplementedError("direct.rows: a parameter whose value is a callable")
+    own = _NOTHING if bind.required else bind.value
+    return process, own
