@@ -35,7 +35,7 @@ class _Compiled:
                  binds: tuple[tuple[str, Callable[[Any], Any] | None, Any], ...],
                  row: Callable[[tuple[Any, ...]], Any], types: tuple[Any, ...]) -> None:
         self.sql, self.positional, self.binds, self.row = sql, positional, binds, row
-        self.types = types  # each column's type as this dialect has it
+        self.types = types  # each column's type as this dialect has it (none: no rows)
         # what converts each column's values, worked out from the first result's
         # description (a driver's type codes decide it); None: no column to convert
         self.results: tuple[Callable[[Any], Any] | None, ...] | None | bool = False
@@ -71,11 +71,10 @@ def rows(s: Session, stmt: Any, params: Mapping[str, Any] | None = None, *,
         if heard:  # listeners (statement counts, logging) hear it as from Session.execute
             heard(conn, cursor, c.sql, args, None, False)
         cursor.execute(c.sql, args)
-        described = cursor.description
-        fetched = cursor.fetchall() if described is not None else []
-        if c.results is False and described is not None:
+        fetched = cursor.fetchall() if c.types else []
+        if c.results is False and c.types:  # psycopg builds a description per call: once
             found = tuple(t.result_processor(dialect, d[1])
-                          for t, d in zip(c.types, described, strict=True))
+                          for t, d in zip(c.types, cursor.description, strict=True))
             c.results = found if any(found) else None
     except dialect.loaded_dbapi.Error as e:
         gone = dialect.is_disconnect(e, raw, cursor)
