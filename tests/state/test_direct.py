@@ -144,3 +144,19 @@ def test_a_lost_connection_is_an_outage_and_is_not_handed_out_again(db) -> None:
     assert lost.connection_invalidated and outage.is_outage(lost)
     with db.read() as s:
         assert direct.first(s, BY_ID, {"tq_job": job}).id == job, "a fresh connection"
+
+
+SET_DROPPED = update(JOBS).where(JOBS.c.id == bindparam("tq_job")) \
+    .values(env_dropped=bindparam("dropped", type_=JOBS.c.env_dropped.type))
+
+
+def test_a_value_is_stored_as_session_execute_stores_it_none_included(db) -> None:  # type: ignore[no-untyped-def]
+    mine, theirs = _queue(db), _queue(db)
+    for dropped in (None, ["TERM"]):  # None in a JSON column: SQLAlchemy writes JSON null
+        with db.write() as s:
+            direct.rows(s, SET_DROPPED, {"tq_job": mine, "dropped": dropped})
+            s.execute(SET_DROPPED, {"tq_job": theirs, "dropped": dropped})
+        with db.read() as s:
+            stored = dict(s.execute(text("SELECT id, env_dropped FROM jobs WHERE id IN "
+                                         "(:a, :b)"), {"a": mine, "b": theirs}).all())
+        assert stored[mine] == stored[theirs], dropped

@@ -61,7 +61,8 @@ def rows(s: Session, stmt: Any, params: Mapping[str, Any] | None = None, *,
         v = given.get(name, own)
         if v is _NOTHING:
             raise exc.ArgumentError(f"a value is required for bind parameter {name!r}")
-        values.append(process(v) if process is not None and v is not None else v)
+        # None too, as SQLAlchemy does: a JSON column's None is JSON null, not SQL NULL
+        values.append(process(v) if process is not None else v)
     args: Any = values if c.positional else dict(zip((b[0] for b in c.binds), values,
                                                       strict=True))
     raw = conn.connection
@@ -116,7 +117,8 @@ def _compiled(stmt: Any, dialect: Any, row: type[tuple[Any, ...]] | None) -> _Co
     if row is not None and list(getattr(row, "_fields", ())) != keys:
         raise TypeError(f"direct.rows: {row.__name__} is not the statement's columns {keys}")
     row_type = row or namedtuple("Row", keys, rename=True)
-    # tuple.__new__, not _make: _make is Python code, its length check the statement's
+    # tuple.__new__, not _make: _make is Python code, and its length check is the
+    # statement's own (it selects the row's fields)
     made = _Compiled(str(compiled), positional, binds, partial(tuple.__new__, row_type),
                      tuple(col.type.dialect_impl(dialect) for col in columns))
     _COMPILED[key] = (stmt, made)
@@ -124,7 +126,7 @@ def _compiled(stmt: Any, dialect: Any, row: type[tuple[Any, ...]] | None) -> _Co
 
 
 def _bind(bind: BindParameter[Any], dialect: Any) -> tuple[Callable[[Any], Any] | None, Any]:
-    """(its processor, its own value): a literal's, a callable's at each call, or none."""
+    """(its processor, its own value: a literal's, or _NOTHING where a call must give it)."""
     process = bind.type.dialect_impl(dialect).bind_processor(dialect)
     if bind.callable is not None:
         raise NotImplementedError("direct.rows: a parameter whose value is a callable")
