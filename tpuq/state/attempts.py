@@ -103,7 +103,8 @@ START_COLUMNS = (*(JOBS.c[name] for name in RUN_FIELDS), _of_this_attempt(ATTEMP
 def start(s: Session, job_id: int, attempt: int, host: str, *, boot_id: str, log_path: str,
           lease_s: float) -> Any:
     """assigned -> running, before the process exists; returns what the host needs to run
-    it (START_COLUMNS, a named tuple). One statement on PostgreSQL: may run under Database.single().
+    it (START_COLUMNS, a named tuple). One statement on PostgreSQL: may run under
+    Database.single().
 
     None means a stale or duplicate doorbell, or a cancel that came first: do nothing.
     Recording the boot id here (not after the spawn) lets a restarted agent recognise

@@ -42,9 +42,10 @@ class _Compiled:
 
 
 _NOTHING = object()
-# (dialect name, id of the statement, row type) -> its compiled form; the statement is
-# kept in the value, so its id cannot be reused by another while it is here
-_COMPILED: dict[tuple[str, int, type | None], tuple[Any, _Compiled]] = {}
+# (dialect class, id of the statement, row type) -> its compiled form; the statement is
+# kept in the value, so its id cannot be reused by another while it is here (the
+# class, not the instance: every engine of a dialect compiles a statement alike)
+_COMPILED: dict[tuple[type, int, type | None], tuple[Any, _Compiled]] = {}
 
 
 def rows(s: Session, stmt: Any, params: Mapping[str, Any] | None = None, *,
@@ -100,7 +101,7 @@ def first(s: Session, stmt: Any, params: Mapping[str, Any] | None = None) -> Any
 
 
 def _compiled(stmt: Any, dialect: Any, row: type[tuple[Any, ...]] | None) -> _Compiled:
-    key = (dialect.name, id(stmt), row)
+    key = (type(dialect), id(stmt), row)
     hit = _COMPILED.get(key)
     if hit is not None:
         return hit[1]
