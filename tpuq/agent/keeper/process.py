@@ -75,7 +75,7 @@ from tpuq.agent.keeper.messages import (
     to_keeper,
 )
 from tpuq.agent.tpu.chiplocks import ChipBusy, ChipLocks
-from tpuq.agent.tpu.holders import proc_start_ticks
+from tpuq.agent.tpu.holders import exiting, proc_start_ticks
 
 log = logging.getLogger("tpuq.keeper")
 TAIL_KEPT = 64 * 1024  # what the end of a capped log shows
@@ -343,9 +343,11 @@ class Keeper:
     # -- the job --------------------------------------------------------------------------------
     def _signal(self, sig: signal.Signals) -> None:
         if self.proc is not None and self.ended is None:
-            if select.select([self.pidfd], [], [], 0)[0]:
-                # it has exited already (a zombie not yet reaped): its work ended without
-                # us, whatever its status says; the exit is collected by _job_exited
+            if select.select([self.pidfd], [], [], 0)[0] or exiting(self.proc.pid):
+                # it has exited already (a zombie not yet reaped), or is inside its exit
+                # (its status set; releasing its memory before it is a zombie can take
+                # milliseconds): its work ended without us, whatever its status says;
+                # the exit is collected by _job_exited
                 return
             try:
                 os.killpg(self.proc.pid, sig)

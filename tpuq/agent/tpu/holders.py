@@ -73,6 +73,29 @@ def proc_start_ticks(pid: int, proc: str = "/proc") -> int | None:
         return None
 
 
+PF_EXITING = 0x4  # include/linux/sched.h: the task has begun its exit (do_exit)
+
+
+def exiting(pid: int, proc: str = "/proc") -> bool:
+    """Every thread of the process has begun its exit: its status is set, a signal can
+    no longer change it, and it is not yet a zombie (that comes last: releasing its
+    memory and files can take milliseconds on a busy host). From the flags (field 9 of
+    /proc/pid/task/TID/stat, proc(5)) of each thread: a process whose first thread
+    ended while others run is not exiting."""
+    try:
+        tids = os.listdir(f"{proc}/{pid}/task")
+    except OSError:
+        return False
+    for tid in tids:
+        fields = _stat_fields(int(tid), f"{proc}/{pid}/task") if tid.isdigit() else None
+        try:
+            if fields is None or not int(fields[9 - 3]) & PF_EXITING:
+                return False
+        except ValueError:
+            return False
+    return bool(tids)
+
+
 def _proc_state(pid: int, proc: str) -> str | None:
     fields = _stat_fields(pid, proc)
     return fields[0] if fields else None
