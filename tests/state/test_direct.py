@@ -76,15 +76,13 @@ def test_a_write_runs_in_the_sessions_transaction_with_its_values_converted(db) 
 
 def test_a_database_error_is_sqlalchemys_and_the_session_goes_on(db) -> None:  # type: ignore[no-untyped-def]
     job = _queue(db)
-    twice = insert(JOBS).from_select(list(MIXED_INSERT), select(*MIXED_INSERT.values())
+    every = list(JOBS.c)  # every column of a job, its id too: a copy
+    twice = insert(JOBS).from_select([c.name for c in every], select(*every)
                                      .where(JOBS.c.id == bindparam("tq_job")))
     with pytest.raises(exc.IntegrityError), db.write() as s:
         direct.rows(s, twice, {"tq_job": job})  # the same primary key again
     with db.read() as s:
         assert direct.first(s, BY_ID, {"tq_job": job}) is not None
-
-
-MIXED_INSERT = {c.name: c for c in JOBS.c}  # every column of a job, its id too: a copy
 
 
 class IdState(NamedTuple):

@@ -27,21 +27,22 @@ from sqlalchemy import exc
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import BindParameter
 
+_NOTHING = object()  # a parameter's own value when a call must give it
+_UNREAD = object()  # result conversions not yet known
+
 
 class _Compiled:
-    __slots__ = ("sql", "positional", "binds", "row", "types", "results")
+    __slots__ = ("sql", "positional", "names", "binds", "row", "types", "results")
 
     def __init__(self, sql: str, positional: bool,
                  binds: tuple[tuple[str, Callable[[Any], Any] | None, Any], ...],
                  row: Callable[[tuple[Any, ...]], Any], types: tuple[Any, ...]) -> None:
         self.sql, self.positional, self.binds, self.row = sql, positional, binds, row
+        self.names = tuple(name for name, _, _ in binds)  # a named paramstyle's keys
         self.types = types  # each column's type as this dialect has it (none: no rows)
         # what converts each column's values, worked out from the first result's
         # description (a driver's type codes decide it); None: no column to convert
-        self.results: tuple[Callable[[Any], Any] | None, ...] | None | bool = False
-
-
-_NOTHING = object()
+        self.results: Any = _UNREAD
 # (dialect class, id of the statement, row type) -> its compiled form; the statement is
 # kept in the value, so its id cannot be reused by another while it is here (the
 # class, not the instance: every engine of a dialect compiles a statement alike)
@@ -64,8 +65,7 @@ def rows(s: Session, stmt: Any, params: Mapping[str, Any] | None = None, *,
             raise exc.ArgumentError(f"a value is required for bind parameter {name!r}")
         # None too, as SQLAlchemy does: a JSON column's None is JSON null, not SQL NULL
         values.append(process(v) if process is not None else v)
-    args: Any = values if c.positional else dict(zip((b[0] for b in c.binds), values,
-                                                      strict=True))
+    args: Any = values if c.positional else dict(zip(c.names, values, strict=True))
     raw = conn.connection
     cursor = raw.cursor()
     heard = conn.dispatch.before_cursor_execute
@@ -74,7 +74,7 @@ def rows(s: Session, stmt: Any, params: Mapping[str, Any] | None = None, *,
             heard(conn, cursor, c.sql, args, None, False)
         cursor.execute(c.sql, args)
         fetched = cursor.fetchall() if c.types else []
-        if c.results is False and c.types:  # psycopg builds a description per call: once
+        if c.results is _UNREAD and c.types:  # psycopg builds a description per call: once
             found = tuple(t.result_processor(dialect, d[1])
                           for t, d in zip(c.types, cursor.description, strict=True))
             c.results = found if any(found) else None
@@ -87,7 +87,7 @@ def rows(s: Session, stmt: Any, params: Mapping[str, Any] | None = None, *,
     finally:
         cursor.close()
     procs = c.results
-    if not isinstance(procs, tuple):  # nothing to convert
+    if procs is None or procs is _UNREAD:  # nothing to convert (or no rows)
         return list(map(c.row, fetched))
     return [c.row(tuple(v if p is None or v is None else p(v)
                         for p, v in zip(procs, r, strict=True))) for r in fetched]
