@@ -71,3 +71,29 @@ def test_the_task_with_the_longest_index_is_checked_in_full():
 def test_task_mistakes_are_refused(indices, args, message):
     with pytest.raises(SpecError, match=message):
         checked_tasks(_spec(), indices, args)
+
+
+_WRITTEN_PER_JOB = {"id", "array_id", "array_index", "array_throttle", "submitted_at",
+                    "updated_at"}
+
+
+def test_every_column_of_a_task_is_what_submitting_its_own_spec_writes(db):
+    """The bulk statement writes the shared values once for every index (typed by the
+    table on PostgreSQL, by each column's type on SQLite): each task's row, column by
+    column, is the row `jobs.submit` writes for that task alone."""
+    spec = _spec(name="sweep", priority=-3, chips=2, tpu_type="v4-8", stop_signal="SIGINT",
+                 grace_s=12.5, time_limit_s=3600.0, max_retries=2, requeue_on_preempt=False,
+                 tcmalloc=False, notify="end,fail", notify_to="json://h/p\nmailto://a@b",
+                 env_dropped=["SSH_AUTH_SOCK"], begin_at=1.8e9, output="/tmp/%j.out",
+                 option_sources={"--chips": "#TPUQ", "--name": "command line"})
+    tasks = checked_tasks(spec, [5, 0, 17], [["x"], [], ["y", "z"]])
+    with db.write() as s:
+        ids = jobs.submit_array(s, tasks, throttle=None, actor="ann")
+        alone = [jobs.submit(s, tasks.spec_of(n), actor="ann") for n in range(3)]
+    with db.read() as s:
+        got = {r.id: r for r in s.scalars(select(Job).where(Job.id.in_(ids + alone)))}
+    columns = [c.key for c in Job.__table__.columns if c.key not in _WRITTEN_PER_JOB]
+    for task, single in zip(ids, alone, strict=True):
+        assert {c: getattr(got[task], c) for c in columns} == \
+            {c: getattr(got[single], c) for c in columns}
+    assert [got[i].array_index for i in ids] == [5, 0, 17]

@@ -11,7 +11,18 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import JSON, Row, Table, bindparam, func, insert, literal_column, select, type_coerce
+from sqlalchemy import (
+    Row,
+    String,
+    Table,
+    bindparam,
+    insert,
+    literal,
+    null,
+    select,
+    text,
+    type_coerce,
+)
 from sqlalchemy import cast as cast_
 from sqlalchemy import update as update_
 from sqlalchemy.orm import Session
@@ -96,12 +107,11 @@ def submit_array(s: Session, tasks: Tasks, throttle: int | None, actor: str | No
     """Insert the tasks of an array (arrays.checked_tasks) in this one transaction; the
     first task's id is the array's id. Returns the tasks' ids, in index order.
 
-    Core statements that send the rows a thousand to a statement (insertmanyvalues, which
-    SQLAlchemy uses for an INSERT with RETURNING: without, psycopg sends a statement per
-    row), not the ORM's unit of work: the first task alone (its id is the array's), then
-    the rest already carrying it, then their events. A task's environment is the spec's
-    with its TPUQ_ARRAY_INDEX: its JSON is the spec's, encoded once, with that member
-    added."""
+    Three statements whatever the size, not the ORM's unit of work: the first task alone
+    (its id is the array's), then every other task from one row of the values they share
+    and the list of indices (`_insert_tasks`: the database writes each task's
+    environment, the spec's with its TPUQ_ARRAY_INDEX, so it travels once, not once per
+    task), then every task's event from the rows just written."""
     spec = tasks.spec
     admission.check_shape(s, spec)  # every task has the same shape
     state = HELD if held else QUEUED
@@ -111,29 +121,29 @@ def submit_array(s: Session, tasks: Tasks, throttle: int | None, actor: str | No
               "array_throttle": throttle}
     env = common.pop("env")
     env.pop(INDEX, None)
-    head = json.dumps(env)[:-1] + (", " if env else "")
+    # a task's environment is this text, its index, and '"}': JSON as json.dumps writes it
+    env_head = json.dumps(env)[:-1] + (", " if env else "") + f'{json.dumps(INDEX)}: "'
     common.pop("command")
-    same_command = None if tasks.args else json.dumps(spec.command)
-    rows = [{**common, "array_index": i, "env_json": f"{head}{json.dumps(INDEX)}: \"{i}\"}}",
-             "command_json": same_command or json.dumps(tasks.command(n))}
-            for n, i in enumerate(tasks.indices)]
-    first = int(s.execute(_INSERT_TASK.returning(JOBS.c.id), rows[0]).scalar_one())
+    first_index = tasks.indices[0]
+    first = int(s.execute(_INSERT_TASK.returning(JOBS.c.id), {
+        **common, "array_index": first_index, "env_json": f'{env_head}{first_index}"}}',
+        "command_json": json.dumps(tasks.command(0))}).scalar_one())
     s.execute(update_(JOBS).where(JOBS.c.id == first).values(array_id=first))
-    by_index = {rows[0]["array_index"]: first}
-    if len(rows) > 1:
-        for row in rows[1:]:
-            row["array_id"] = first
-        by_index.update((index, job_id) for job_id, index in _insert_tasks(s, rows[1:]))
-    ids = [int(by_index[i]) for i in tasks.indices]
-    who = actor or spec.owner
-    events = [{"job_id": j, "at": now, "from_state": None, "to_state": state.value,
-               "attempt": 0, "reason": f"submitted (array {first}, task {i})", "actor": who}
-              for j, i in zip(ids, tasks.indices, strict=True)]
-    if s.get_bind().dialect.name == "postgresql":
-        s.execute(_from_json(EVENTS, list(events[0])), {"rows": json.dumps(events)})
-    else:
-        s.execute(insert(EVENTS), events)
-    return ids
+    by_index = {first_index: first}
+    if len(tasks.indices) > 1:
+        commands = [json.dumps(tasks.command(n)) for n in range(1, len(tasks.indices))] \
+            if tasks.args else []
+        by_index.update((index, job_id) for job_id, index in _insert_tasks(
+            s, {**common, "array_id": first}, env_head, tasks.indices[1:], commands,
+            json.dumps(spec.command)))
+    reason = (literal("submitted (array ") + cast_(JOBS.c.array_id, String)
+              + literal(", task ") + cast_(JOBS.c.array_index, String) + literal(")"))
+    s.execute(insert(EVENTS).from_select(
+        ["job_id", "at", "from_state", "to_state", "attempt", "reason", "actor"],
+        select(JOBS.c.id, literal(now), null(), literal(state.value), literal(0), reason,
+               literal(actor or spec.owner))
+        .where(JOBS.c.array_id == first).order_by(JOBS.c.id)))
+    return [int(by_index[i]) for i in tasks.indices]
 
 
 def submit_batch(s: Session, specs: Sequence[JobSpec], held: Sequence[bool],
@@ -156,32 +166,53 @@ def submit_batch(s: Session, specs: Sequence[JobSpec], held: Sequence[bool],
     return ids
 
 
-def _insert_tasks(s: Session, rows: list[dict[str, Any]]) -> list[tuple[int, int]]:
-    """(id, index) of each task inserted, in no particular order.
+def _insert_tasks(s: Session, common: dict[str, Any], env_head: str, indices: Sequence[int],
+                  commands: list[str], command: str) -> list[tuple[int, int]]:
+    """(id, index) of each task inserted, in no particular order: one INSERT ... SELECT
+    of the values every task shares (`common`) once for each index, each task's
+    environment `env_head`, its index and '"}', its command the JSON of `commands` in
+    the order of `indices` when given, else `command` (all the same).
 
-    PostgreSQL: one INSERT ... SELECT over the rows as one JSON parameter
-    (json_populate_recordset). As insertmanyvalues' thousand-row pages, psycopg spent
-    most of an array's submission turning their named placeholders into its own. SQLite:
-    insertmanyvalues, RETURNING in no particular order (to keep the order it would send
-    a statement per row)."""
-    if s.get_bind().dialect.name != "postgresql":
-        return [(int(i), int(n)) for i, n in s.execute(
-            _INSERT_TASK.returning(JOBS.c.id, JOBS.c.array_index), rows)]
-    names = [n for n in rows[0] if n not in ("env_json", "command_json")]
-    encoded = ",".join(
-        f'{json.dumps({n: r[n] for n in names})[:-1]}, "env": {r["env_json"]}, '
-        f'"command": {r["command_json"]}}}' for r in rows)
-    stmt = _from_json(JOBS, [*names, "env", "command"]).returning(JOBS.c.id,
-                                                                   JOBS.c.array_index)
-    return [(int(i), int(n)) for i, n in s.execute(stmt, {"rows": f"[{encoded}]"})]
+    Sending each task's row was most of an array's submission: 10,000 copies of the
+    same environment encoded, sent and parsed (bench/README.md)."""
+    dialect = s.get_bind().dialect.name
+    names = tuple(common)
+    stmt = _TASK_INSERTS.get((dialect, names))
+    if stmt is None:
+        stmt = _TASK_INSERTS[(dialect, names)] = _task_insert(dialect, names)
+    params: dict[str, Any] = {"env_head": env_head, "command": command}
+    if dialect == "postgresql":
+        params.update(common=json.dumps(common), indices=list(indices), commands=commands)
+    else:
+        params.update(common, indices=json.dumps(list(indices)), commands=json.dumps(commands))
+    return [(int(i), int(n)) for i, n in s.execute(stmt, params)]
 
 
-def _from_json(table: Table, names: list[str]) -> Any:
-    """INSERT INTO table (names) the rows of a JSON array of objects (PostgreSQL)."""
-    rows = func.json_populate_recordset(literal_column(f"NULL::{table.name}"),
-                                        cast_(bindparam("rows"), JSON)).table_valued(*names)
-    return insert(table).from_select(names, select(*(rows.c[n] for n in names)),
-                                     include_defaults=False)
+_TASK_INSERTS: dict[tuple[str, tuple[str, ...]], Any] = {}
+
+
+def _task_insert(dialect: str, names: tuple[str, ...]) -> Any:
+    """The statement of `_insert_tasks` for these shared columns. The names are columns of
+    the jobs table (spec.to_dict's and submit_array's own), never input."""
+    assert all(n in JOBS.c for n in names), names
+    into = f"INSERT INTO jobs ({', '.join(names)}, array_index, env, command)"
+    if dialect == "postgresql":
+        # the shared values typed by the table's own row type, the indices and commands
+        # as two arrays of the same length (or no commands: NULLs)
+        return text(
+            f"{into} SELECT {', '.join(f'c.{n}' for n in names)}, t.i, "
+            "CAST(:env_head || t.i || '\"}' AS JSON), "
+            "COALESCE(CAST(t.cmd AS JSON), CAST(:command AS JSON)) "
+            "FROM json_populate_record(CAST(NULL AS jobs), CAST(:common AS JSON)) AS c, "
+            "unnest(CAST(:indices AS INTEGER[]), CAST(:commands AS TEXT[])) AS t(i, cmd) "
+            "RETURNING id, array_index")
+    # SQLite: the shared values as parameters converted by their columns' types
+    return text(
+        f"{into} SELECT {', '.join(f':{n}' for n in names)}, t.value, "
+        "(:env_head || t.value || '\"}'), COALESCE(k.value, :command) "
+        "FROM json_each(:indices) AS t LEFT JOIN json_each(:commands) AS k ON k.key = t.key "
+        "RETURNING id, array_index"
+    ).bindparams(*(bindparam(n, type_=JOBS.c[n].type) for n in names))
 
 
 @dataclass(frozen=True)
