@@ -9,7 +9,9 @@ import json
 import subprocess
 import sys
 
-from tpuq.gcpause import paused
+import pytest
+
+from tpuq.gcpause import SERVING_THRESHOLD, paused, serving
 
 # records the collector's state where the command's module loads and where it runs
 PROBE = """
@@ -62,3 +64,38 @@ def test_paused_restores_the_collector_as_it_was_and_freezes_nothing_outside_the
     finally:
         gc.enable()
     assert gc.get_freeze_count() == frozen, "only the tpuq executable freezes"
+
+
+# a `tpuq agent` that notes the collector's settings once its start called serving()
+AGENT_PROBE = """
+import gc, json, os, sys
+from tpuq import gcpause
+serving = gcpause.serving
+def noted():
+    serving()
+    with open(os.environ["TPUQ_TEST_GC_NOTE"], "w") as f:
+        json.dump([list(gc.get_threshold()), gc.get_freeze_count()], f)
+gcpause.serving = noted
+sys.argv = ["tpuq", *sys.argv[1:]]
+from tpuq.cli.entry import main
+main()
+"""
+
+
+@pytest.mark.embedded_only
+def test_the_agent_freezes_what_its_start_built_and_collects_young_objects_less_often(
+        stack, host, tmp_path):
+    note = tmp_path / "gc.json"
+    stack.start_agent(host, command=[sys.executable, "-c", AGENT_PROBE],
+                      TPUQ_TEST_GC_NOTE=str(note))
+    threshold, frozen = json.loads(note.read_text())
+    assert threshold[0] == SERVING_THRESHOLD and threshold[1:] == list(gc.get_threshold()[1:])
+    assert frozen > 10000, "the agent's modules and start are frozen"
+    job = stack.submit("--", "true")  # and it serves
+    assert stack.wait_state(job, "succeeded").state == "succeeded"
+
+
+def test_serving_changes_nothing_outside_the_tpuq_command():
+    before = gc.get_threshold(), gc.get_freeze_count()
+    serving()
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before

@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from tpuq import announce, checkpoints, jobenv, localclient
+from tpuq import announce, checkpoints, gcpause, jobenv, localclient
 from tpuq.agent import handover, pidlock, recovery
 from tpuq.agent.attempts import identity
 from tpuq.agent.attempts.executor import Executor
@@ -306,6 +306,7 @@ class Agent:
             t.start()
         self.wake_scheduler()  # a host that just came up: the leader may have work for it
         self.watcher.start()
+        gcpause.serving()  # what the start built lives as long as the agent
         log.info("agent on %s: %d chips (%s), tpu type %s, boot %s, database %s%s", self.name,
                  len(self.chips), ",".join(str(c.index) for c in self.chips),
                  self.tpu_type or "unknown", self.boot_id[:8], self.db.safe_url,
