@@ -194,7 +194,8 @@ _TASK_INSERTS: dict[tuple[str, tuple[str, ...]], Any] = {}
 def _task_insert(dialect: str, names: tuple[str, ...]) -> Any:
     """The statement of `_insert_tasks` for these shared columns. The names are columns of
     the jobs table (spec.to_dict's and submit_array's own), never input."""
-    assert all(n in JOBS.c for n in names), names
+    if not all(n in JOBS.c for n in names):
+        raise ValueError(f"not columns of jobs: {sorted(set(names) - set(JOBS.c.keys()))}")
     into = f"INSERT INTO jobs ({', '.join(names)}, array_index, env, command)"
     if dialect == "postgresql":
         # the shared values typed by the table's own row type, the indices and commands
