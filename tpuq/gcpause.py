@@ -12,9 +12,9 @@ collector is only paused, and set back as it was.
 A long-running `tpuq` process (the agent) also collects its young objects less often
 (`serving`): each scheduling pass holds thousands of short-lived tuples at once (the
 queued jobs' rows), so with Python's default threshold of 700 allocations the collector
-ran about twice per job, each time scanning every young object, for an eighth of the
-agent's CPU with 2,000 jobs queued. At 10,000 it runs a few times an hour there; cyclic
-garbage still goes, at most 10,000 objects later.
+ran about twice per job, each time scanning every young object (with 2,000 jobs queued,
+the agent's CPU per job is 5 % lower without that: bench/README.md). At 10,000 it ran
+three times in a 2,000-job run; cyclic garbage still goes, at most 10,000 objects later.
 """
 
 from __future__ import annotations
