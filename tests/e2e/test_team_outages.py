@@ -210,7 +210,9 @@ def test_postgres_down_while_a_job_ends_its_outcome_is_recorded_once_back(
 
     stack.wait_state(job_id, "succeeded", timeout=30)
     assert_ran_once_and_succeeded(stack, job_id)
-    assert f"database back: recording the end of job {job_id}" in agent_log(agent)
+    # the agent says so once its write committed: after the state the test just saw
+    wait_for(lambda: f"database back: recording the end of job {job_id}" in agent_log(agent),
+             10, "the agent to say the database is back")
     after = stack.submit(*fixture_cmd("record_host.py", out, 0.1))
     stack.wait_state(after, "succeeded", timeout=30)
     assert_ran_once_and_succeeded(stack, after)
