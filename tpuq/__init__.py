@@ -22,6 +22,7 @@ tests/unit/test_layers.py):
 Leaf modules, stdlib only, used by every layer:
 
 - `errors.py`      the root of every tpuq error (`TpuqError`) and the failure kinds
+- `records.py`     Record: dataclass-like classes without dataclasses' cost at import
 - `settings.py`    every setting and its environment variable, in one place
 - `spec.py`        what a person submits, and its validation
 - `submitopts.py`  submit options, and the one mapping from them to a spec

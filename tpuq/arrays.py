@@ -7,7 +7,6 @@ variables from here.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -88,9 +87,8 @@ class Tasks(NamedTuple):
 
     def spec_of(self, n: int) -> JobSpec:
         """Task n as a spec of its own: TPUQ_ARRAY_INDEX in its environment."""
-        return dataclasses.replace(self.spec, env={**self.spec.env,
-                                                   INDEX: str(self.indices[n])},
-                                   command=self.command(n))
+        return self.spec.replace(env={**self.spec.env, INDEX: str(self.indices[n])},
+                                 command=self.command(n))
 
 
 def checked_tasks(spec: JobSpec, indices: Sequence[int], args: Sequence[Sequence[str]]

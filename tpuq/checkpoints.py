@@ -12,19 +12,20 @@ host's TPUQ_HOME and the attempt that first used it there):
   directory of its own on its new host (`<job>.<attempt>`): never in one an earlier stay
   of the job on that host left behind.
 
-Pure, standard library only: the scheduler's pass and the settings check import it.
+Pure, standard library only (and tpuq.records): the scheduler's pass and the settings check import it.
 """
 
 from __future__ import annotations
 
 import os
 import posixpath
-from typing import NamedTuple
+
+from tpuq.records import Record
 
 URL_SCHEMES = ("gs://",)  # roots passed through as is: Orbax and TensorStore write them
 
 
-class Placement(NamedTuple):
+class Placement(Record, frozen=True):
     """Where an attempt keeps its checkpoints, as the scheduler records it."""
 
     dir: str

@@ -14,21 +14,23 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from tpuq import gcpause, localclient, protocol
 from tpuq.errors import TpuqError
 from tpuq.protocol import Failure, Refusal, Reply, Request
 from tpuq.state.states import TERMINAL, JobState
 
+TYPE_CHECKING = False  # typing costs an import; the type checker reads this as True
 if TYPE_CHECKING:
+    from typing import Any, TypeVar
+
     from tpuq.api.caller import Caller
     from tpuq.batch import Pending, call, command
     from tpuq.jobjson import ShownJob
     from tpuq.settings import Settings
     from tpuq.state.db import Database
 
-R = TypeVar("R", bound=Reply)
+    R = TypeVar("R", bound=Reply)
 
 
 class ClientError(TpuqError):
@@ -239,6 +241,8 @@ class Job:
         """The job object of `tpuq show --json` (the reference's JSON contract), as is:
         times are ISO 8601 strings in UTC (`datetime.fromisoformat` reads them, and
         `tpuq.jobjson.epoch` gives epoch seconds), durations as options take them."""
+        from typing import cast
+
         from tpuq.protocol import JobDetail, ShowJob
 
         return cast("ShownJob", dict(self._ask(ShowJob(id=self.id), JobDetail).job))

@@ -11,7 +11,10 @@ Stdlib only: the socket client and the CLI import it before anything heavy.
 from __future__ import annotations
 
 from enum import Enum
-from typing import ClassVar
+
+TYPE_CHECKING = False  # typing costs an import; the type checker reads this as True
+if TYPE_CHECKING:
+    from typing import ClassVar
 
 
 class Failure(str, Enum):

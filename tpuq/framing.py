@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from typing import Any
 
 from tpuq import protocol
 from tpuq.protocol import ProtocolError, Reply
+
+TYPE_CHECKING = False  # typing costs an import; the type checker reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 PART = "part"
 MAX_FRAMES = 4096  # parts of one reply: 4 GiB, past anything a queue lists

@@ -9,8 +9,8 @@ handler is well-formed (what it *means*, a job spec's ranges for example, is che
 further in, by the one spec validator).
 
 Stdlib only and cheap to import: a command through the socket loads this and not
-SQLAlchemy. The message classes are built by a small base class rather than
-@dataclass (which generates code at import: 25 frozen dataclasses cost 18 ms of every
+SQLAlchemy. The message classes are records (tpuq/records.py) rather than
+dataclasses (which generate code at import: 25 frozen dataclasses cost 18 ms of every
 command), and the type checks are written here rather than with a validation library
 (msgspec alone costs ~22 ms of import, a third of a submit).
 """
@@ -21,13 +21,21 @@ import json
 import math
 from collections.abc import Callable
 from enum import Enum
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from tpuq.errors import Failure as Failure  # the wire carries it: clients read it here too
 from tpuq.errors import TpuqError
+from tpuq.records import MISSING, Record
 
+TYPE_CHECKING = False  # typing costs an import; the type checker reads this as True
 if TYPE_CHECKING:
-    from typing import dataclass_transform  # novm: type checkers only
+    from typing import (
+        Any,
+        ClassVar,
+        TypeVar,
+        dataclass_transform,  # novm: type checkers only
+    )
+
+    R = TypeVar("R", "Request", "Reply")
 else:
     def dataclass_transform(**_: Any) -> Callable[[type], type]:
         return lambda cls: cls
@@ -67,48 +75,20 @@ class SkewError(ProtocolError):
         self.version = version
 
 
-M = TypeVar("M", bound="Message")
 
 
 @dataclass_transform(kw_only_default=True)
-class Message:
-    """Fields are the annotated class attributes (their values the defaults; a list or
-    dict default is copied for each message). Keyword arguments only."""
-
-    _fields: ClassVar[tuple[tuple[str, str, Any], ...]] = ()  # (name, annotation, default)
+class Message(Record):
+    """Fields are the annotated class attributes (their values the defaults, None where
+    none is written; tpuq/records.py). Keyword arguments only."""
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
-        fields = {name: (name, kind, default) for name, kind, default in cls._fields}
-        for name, kind in cls.__dict__.get("__annotations__", {}).items():
-            if not str(kind).startswith("ClassVar"):
-                fields[name] = (name, str(kind), cls.__dict__.get(name))
-        cls._fields = tuple(fields.values())
+        cls._fields = tuple((name, kind, None if default is MISSING else default)
+                            for name, kind, default in cls._fields)
 
     def __init__(self, **values: Any) -> None:
-        for name, _, default in self._fields:
-            value = values.pop(name) if name in values else _copy(default)
-            object.__setattr__(self, name, value)
-        if values:
-            raise TypeError(f"{type(self).__name__}: unknown fields {', '.join(values)}")
-
-    def replace(self: M, **changes: Any) -> M:
-        return type(self)(**{**self.as_dict(), **changes})
-
-    def as_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name, _, _ in self._fields}
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Message) and type(other) is type(self) \
-            and self.as_dict() == other.as_dict()
-
-    def __repr__(self) -> str:
-        shown = ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items())
-        return f"{type(self).__name__}({shown})"
-
-
-def _copy(default: Any) -> Any:
-    return type(default)(default) if isinstance(default, (list, dict)) else default
+        super().__init__(**values)
 
 
 # ---- requests ------------------------------------------------------------------------------
@@ -625,7 +605,6 @@ def _depth(raw: bytes) -> int:
     return deepest
 
 
-R = TypeVar("R", Request, Reply)
 
 
 def _build(cls: type[R], data: dict[str, Any]) -> R:

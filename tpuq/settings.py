@@ -8,16 +8,17 @@ fast path (submit through the agent socket) loads this and nothing heavier.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
-import socket
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from tpuq.errors import TpuqError
+from tpuq.records import Record, field
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # field name -> environment variable. The config file uses the field names as keys.
 ENV: dict[str, str] = {
@@ -109,14 +110,19 @@ def _default_home() -> str:
     return os.path.join(xdg, "tpuq")
 
 
-@dataclass(frozen=True)
-class Settings:
+def _host_name() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
+class Settings(Record, frozen=True):
     """Every setting in effect (ENV names each one's variable; docs/reference.md)."""
 
     home: str = field(default_factory=_default_home)
     database_url: str = ""  # empty = embedded SQLite under home
     broker_url: str = ""  # empty = embedded (no broker; the agent socket is the doorbell)
-    host: str = field(default_factory=socket.gethostname)
+    host: str = field(default_factory=_host_name)
     device_glob: str = "/dev/accel*,/dev/vfio/[0-9]*"
     tpu_type: str = ""  # empty = detect from PCI ids / metadata
     libtpu_lockfile: str = "/tmp/libtpu_lockfile"
@@ -324,7 +330,7 @@ class SettingsError(TpuqError, ValueError):
 
 
 def _coerce(name: str, raw: Any, source: str) -> Any:
-    kind = {f.name: f.type for f in dataclasses.fields(Settings)}[name]
+    kind = Settings.field_kinds()[name]
     try:
         if kind == "float":
             value = float(raw)

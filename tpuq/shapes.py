@@ -1,17 +1,16 @@
 """Chip shapes: which chip counts a job may ask for on a host, and libtpu's bounds for each.
 
-Stdlib only and free of tpuq imports: the spec check at submit, the state layer, the
+Stdlib only (and tpuq.records): the spec check at submit, the state layer, the
 scheduler's placement and the agent's job environment all read this one table, so the
 scheduler never places a job the agent cannot shape.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from tpuq.records import Record
 
 
-@dataclass(frozen=True)
-class Bounds:
+class Bounds(Record, frozen=True):
     """One chip shape of a host: TPU_CHIPS_PER_PROCESS_BOUNDS for `chips` chips, where
     that comes from, and whether a source confirms it. An unverified shape is offered
     only once the host's probe passed (agent/tpu/probes.py)."""
@@ -198,8 +197,7 @@ def slice_hosts(tpu_type: str) -> int:
     return max(1, chips // per_host)
 
 
-@dataclass(frozen=True)
-class Seat:
+class Seat(Record, frozen=True):
     """A host's place in a multi-host slice: the slice, which worker of it, its type.
     A host's own (agent/gce/topology.py), and a slice job's task's (its worker's row)."""
 

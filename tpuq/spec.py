@@ -16,12 +16,15 @@ import os
 import re
 import signal
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
 from tpuq.errors import TpuqError
+from tpuq.records import Record, field
 from tpuq.settings import Settings
 from tpuq.shapes import canonical, slice_hosts
+
+TYPE_CHECKING = False  # typing costs an import; the type checker reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 SPEC_FIELDS = (
     "command", "cwd", "env", "owner", "team", "name", "priority", "chips", "tpu_type",
@@ -72,8 +75,7 @@ def _default_grace() -> float:
     return Settings().default_grace_s
 
 
-@dataclass
-class JobSpec:
+class JobSpec(Record):
     """What a job asks for; every way into the queue calls `validate` first."""
 
     command: list[str]

@@ -11,17 +11,18 @@ Import-light (no SQLAlchemy, no Click): the CLI's fast path loads it.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
 from tpuq import jobenv
+from tpuq.records import Record, field
 from tpuq.spec import JobSpec, SpecError, notify_asked, parse_duration
 
+TYPE_CHECKING = False  # typing costs an import; the type checker reads this as True
 if TYPE_CHECKING:
+    from typing import Any
+
     from tpuq.protocol import Submit
     from tpuq.settings import Settings
 
@@ -29,8 +30,7 @@ if TYPE_CHECKING:
 Captured = tuple[dict[str, str], list[str]]
 
 
-@dataclass
-class SubmitOptions:
+class SubmitOptions(Record):
     """What `tpuq submit` takes besides the command; the same names as its options
     (`--time` is `time_limit`, `--signal` `stop_signal`). Durations are seconds or text
     such as "12h"."""
@@ -63,7 +63,7 @@ class SubmitOptions:
 
     @classmethod
     def names(cls) -> frozenset[str]:
-        return frozenset(f.name for f in dataclasses.fields(cls))
+        return frozenset(cls.field_names())
 
     @classmethod
     def pick(cls, values: dict[str, Any]) -> tuple[SubmitOptions, dict[str, Any]]:
@@ -78,7 +78,7 @@ class SubmitOptions:
         unknown = set(more) - self.names()
         if unknown:
             raise SpecError(f"unknown submit option {sorted(unknown)[0]!r}")
-        return dataclasses.replace(self, **more)
+        return self.replace(**more)
 
     def spec(self, command: Sequence[str], cfg: Settings, *,
              environ: Mapping[str, str] | None = None, cwd: str | None = None,
@@ -212,8 +212,7 @@ def resolve(args: Sequence[str], python: str | None) -> list[str]:
     return [found, *args[1:]]
 
 
-@dataclass
-class Resubmission:
+class Resubmission(Record):
     """What `tpuq resubmit` adds to an earlier job's spec: the resubmitter's environment
     (used for someone else's job) and the resubmitter's notification defaults."""
 

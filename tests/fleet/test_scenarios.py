@@ -116,11 +116,9 @@ def test_two_controllers_never_both_act(db: Database) -> None:
 
 
 def test_when_the_leader_dies_another_takes_over_within_a_lease(db: Database) -> None:
-    from dataclasses import replace
-
     from tests.harness import wait_for
 
-    quick = replace(rig.FAST, leader_lease_s=1.0)
+    quick = rig.FAST.replace(leader_lease_s=1.0)
     cloud = FakeCloud()
     rig.apply(db, rig.slot(count=1))
     a = rig.controller(db, cloud, "a", settings=quick)

@@ -7,6 +7,7 @@ import pytest
 
 from tpuq import checkpoints
 from tpuq.agent.attempts.workdirs import WorkDirs
+from tpuq.checkpoints import Placement
 from tpuq.settings import Settings, SettingsError, load
 
 INSTANCE = "0a1b2c3d4e5f67"  # a database's random id (only its first 12 are used)
@@ -15,38 +16,39 @@ NONE = (None, None, False)  # a job's first attempt: no directory yet
 
 def test_a_shared_root_gives_every_attempt_on_every_host_the_same_directory() -> None:
     first = checkpoints.placed("/nfs/ckpt", "/home/a", INSTANCE, 12, 1, "tpu-a", NONE)
-    assert first == ("/nfs/ckpt/0a1b2c3d4e5f/12", None, None, True)
+    assert first == Placement("/nfs/ckpt/0a1b2c3d4e5f/12", None, None, True)
     again = checkpoints.placed("/nfs/ckpt", "/home/b", INSTANCE, 12, 2, "tpu-b",
                                (first.dir, first.host, True))
-    assert again == (first.dir, None, None, False), "another host, TPUQ_HOME: the same"
+    assert again == Placement(first.dir, None, None, False), \
+        "another host, TPUQ_HOME: the same"
 
 
 def test_a_bucket_root_is_a_url_joined_as_a_url() -> None:
     where = checkpoints.placed("gs://bkt/runs/", "/home/a", INSTANCE, 7, 1, "tpu-a", NONE)
-    assert where == ("gs://bkt/runs/0a1b2c3d4e5f/7", None, None, True)
+    assert where == Placement("gs://bkt/runs/0a1b2c3d4e5f/7", None, None, True)
 
 
 def test_host_local_checkpoints_stay_on_their_host_and_a_move_starts_over() -> None:
     first = checkpoints.placed(None, "/home/a", INSTANCE, 12, 1, "tpu-b", NONE)
-    assert first == ("/home/a/checkpoints/0a1b2c3d4e5f/12", "tpu-b", None, True)
-    back = checkpoints.placed(None, "/home/a", INSTANCE, 12, 2, "tpu-b", (*first[:2], True))
-    assert back == (*first[:3], False), "its host again: the same directory"
-    moved = checkpoints.placed(None, "/home/x", INSTANCE, 12, 3, "tpu-a", (*first[:2], True))
-    assert moved == ("/home/x/checkpoints/0a1b2c3d4e5f/12.3", "tpu-a",
-                     "checkpoint on tpu-b not reachable from tpu-a: starting over", True)
+    assert first == Placement("/home/a/checkpoints/0a1b2c3d4e5f/12", "tpu-b", None, True)
+    back = checkpoints.placed(None, "/home/a", INSTANCE, 12, 2, "tpu-b", (first.dir, first.host, True))
+    assert back == first.replace(fresh=False), "its host again: the same directory"
+    moved = checkpoints.placed(None, "/home/x", INSTANCE, 12, 3, "tpu-a", (first.dir, first.host, True))
+    assert moved == Placement("/home/x/checkpoints/0a1b2c3d4e5f/12.3", "tpu-a",
+                              "checkpoint on tpu-b not reachable from tpu-a: starting over", True)
     home_again = checkpoints.placed(None, "/home/a", INSTANCE, 12, 4, "tpu-b",
-                                    (*moved[:2], True))
+                                    (moved.dir, moved.host, True))
     assert home_again.dir.endswith("/12.4") and home_again.started_over, \
         "never the directory an earlier stay on that host left behind"
-    empty = checkpoints.placed(None, "/home/x", INSTANCE, 12, 3, "tpu-a", (*first[:2], False))
+    empty = checkpoints.placed(None, "/home/x", INSTANCE, 12, 3, "tpu-a", (first.dir, first.host, False))
     assert empty.started_over is None, "nothing was seen there: nothing is lost by moving"
 
 
 def test_a_shared_root_changed_under_a_job_is_a_move() -> None:
     before = ("/nfs/old/0a1b2c3d4e5f/12", None, True)
     now = checkpoints.placed("/nfs/new", "/h", INSTANCE, 12, 2, "tpu-a", before)
-    assert now[2] == ("checkpoint in /nfs/old/0a1b2c3d4e5f/12 not reachable from tpu-a: "
-                      "starting over")
+    assert now.started_over == ("checkpoint in /nfs/old/0a1b2c3d4e5f/12 not reachable "
+                                "from tpu-a: starting over")
     local = checkpoints.placed(None, "/h", INSTANCE, 12, 2, "tpu-a", before)
     assert local.host == "tpu-a" and local.started_over is not None
 

@@ -124,9 +124,7 @@ def test_no_open_redirect_after_signing_in(site: Site) -> None:
 
 def test_metrics_need_a_token_off_loopback(site: Site) -> None:
     assert site.client(listen="0.0.0.0").get("/metrics").status_code == 403
-    from dataclasses import replace
-
-    site.settings = replace(site.settings, web_metrics_token="m3trics")
+    site.settings = site.settings.replace(web_metrics_token="m3trics")
     c = site.client(listen="0.0.0.0")
     assert c.get("/metrics").status_code == 401
     r = c.get("/metrics", headers={"authorization": "Bearer m3trics"})

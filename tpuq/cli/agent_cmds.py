@@ -21,7 +21,6 @@ def agent(host: str | None, verbose: bool) -> None:
     (embedded deployment) schedules too. Ctrl-C or SIGTERM: running jobs get their stop
     signal and grace period and are requeued; a second Ctrl-C kills them at once.
     """
-    import dataclasses
     import logging
 
     from tpuq.agent.errors import EXIT_UNFIT, HostUnfit
@@ -35,7 +34,7 @@ def agent(host: str | None, verbose: bool) -> None:
     logging.getLogger("alembic").setLevel(logging.WARNING)
     cfg = context.settings()
     if host:
-        cfg = dataclasses.replace(cfg, host=host)
+        cfg = cfg.replace(host=host)
     if cfg.embedded and socket_has_agent(cfg.socket_path):
         raise Unavailable(f"an agent already answers on {cfg.socket_path}")
     db = context.database(cfg)
@@ -192,9 +191,7 @@ def config(as_json: bool) -> None:
 
 
 def _shown_values(cfg: Any) -> dict[str, Any]:
-    import dataclasses
-
-    values = {k: masked(v) if isinstance(v, str) else v for k, v in dataclasses.asdict(cfg).items()}
+    values = {k: masked(v) if isinstance(v, str) else v for k, v in cfg.as_dict().items()}
     values["notify_to"] = " ".join(f"{u.split('://', 1)[0]}://***" for u in cfg.notify_to.split())
     for name in SECRETS:
         if values[name]:
