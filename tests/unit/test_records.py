@@ -83,11 +83,12 @@ def test_equality_replace_repr_and_pickle() -> None:
     assert pickle.loads(pickle.dumps(g)) == g
 
 
-def test_the_submit_path_loads_neither_dataclasses_nor_typing() -> None:
-    """What a submit through the agent loads is free of @dataclass's import and typing's."""
-    probe = ("import sys, tpuq.submitopts, tpuq.protocol, tpuq.client, tpuq.settings; "
+def test_the_submit_path_loads_neither_dataclasses_nor_typing_nor_click() -> None:
+    """What a plain submit through the agent loads (cli/quick.py) is free of @dataclass's
+    import, of typing's and of Click's."""
+    probe = ("import sys, tpuq.cli.quick, tpuq.cli.submitting, tpuq.client, tpuq.settings; "
              "tpuq.settings.load(); "
-             "print(sorted({'dataclasses', 'inspect', 'typing'} & set(sys.modules)))")
+             "print(sorted({'dataclasses', 'inspect', 'typing', 'click'} & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "[]"

@@ -4,11 +4,13 @@
 - `main.py`        the command table, the group and the one error path
 - `lazy.py`        the group that imports a subcommand's module only when it runs
 - `errors.py`      UserError / Unavailable, and library errors as one line
-- `context.py`     settings, the client, --json
+- `context.py`     settings, the client, --json, output lines (Click-free)
 - `args.py`        argument types the commands share (a job id)
 - `admin.py`       tpuq whoami, tpuq admin, tpuq user
 - `render.py`      tables, durations, the JSON shape of a job
-- `submit.py`      tpuq submit
+- `submit.py`      tpuq submit: Click's reader of its line (every option, --help, #TPUQ)
+- `quick.py`       tpuq submit's plain lines read without loading Click, the rest left to Click
+- `submitting.py`  what tpuq submit does once its line is read (both readers end there)
 - `run.py`         tpuq run (an interactive session, and --attach)
 - `status.py`      tpuq status
 - `show.py`        tpuq show

@@ -1,21 +1,27 @@
-"""What every command needs: settings, the client, the JSON switch."""
+"""What every command needs: settings, the client, the JSON switch.
+
+Click-free (the option is made where a command is declared): `tpuq submit`'s own reader
+(cli/quick.py) runs the command without loading Click.
+"""
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, TypeVar
-
-import click
+import sys
 
 from tpuq import settings as settings_mod
 
+TYPE_CHECKING = False  # typing costs an import; the type checker reads this as True
 if TYPE_CHECKING:
+    from typing import Any, TypeVar
+
     from tpuq.client import Client
     from tpuq.protocol import Reply, Request
     from tpuq.settings import Settings
     from tpuq.state.db import Database
 
-R = TypeVar("R", bound="Reply")
+    R = TypeVar("R", bound=Reply)
+
 _client: Client | None = None
 
 
@@ -64,12 +70,21 @@ def echo_json(data: Any) -> None:
     10,000 jobs: json's indenting encoder is pure Python, and took most of the
     command's time; the compact one is C)."""
     if not isinstance(data, list):
-        click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+        echo(json.dumps(data, indent=2, sort_keys=True, default=str))
         return
     encode = json.JSONEncoder(sort_keys=True, default=str).encode
-    click.echo("[\n" + ",\n".join(encode(item) for item in data) + "\n]" if data else "[]")
+    echo("[\n" + ",\n".join(encode(item) for item in data) + "\n]" if data else "[]")
+
+
+def echo(line: str, err: bool = False) -> None:
+    """One line of the command's output (stderr: `err`), written at once."""
+    out = sys.stderr if err else sys.stdout
+    out.write(line + "\n")
+    out.flush()
 
 
 def json_option(f: Any) -> Any:
+    import click
+
     return click.option("--json", "as_json", is_flag=True, envvar="TPUQ_JSON",
                         help="Print JSON for scripts instead of a table.")(f)

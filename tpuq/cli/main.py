@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import sys
+from typing import NoReturn
 
 import click
 
@@ -137,23 +138,33 @@ def _run(argv: list[str] | None) -> None:
         # every option without an explicit envvar= still reads TPUQ_<COMMAND>_<OPTION>
         rv = cli.main(args=argv, prog_name="tpuq", standalone_mode=False,
                       auto_envvar_prefix=AUTO_ENV_PREFIX)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(130)
-    except click.ClickException as e:
-        e.show()
-        sys.exit(e.exit_code)
-    except click.exceptions.Exit as e:
-        sys.exit(e.exit_code)
-    except Exception as e:  # noqa: BLE001 - known library errors become one line
-        err = translate(e)
-        if err is None:
-            raise
-        err.show()
-        sys.exit(err.exit_code)
+    except Exception as e:  # noqa: BLE001 - known errors become one line
+        fail(e)
     # without standalone mode, click returns the code of a raised Exit instead of exiting
     if isinstance(rv, int) and rv:
         sys.exit(rv)
+
+
+def fail(e: BaseException) -> NoReturn:
+    """End the command for `e` as the command line ends for it: a mistake, a refusal or a
+    known library error is one line and its kind's exit status; Ctrl-C is "aborted"
+    (130); anything else is a bug, whose traceback is shown."""
+    if isinstance(e, KeyboardInterrupt):  # what Click does with one inside a command
+        click.echo(err=True)
+        e = click.exceptions.Abort()
+    if isinstance(e, click.exceptions.Abort):
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    if isinstance(e, click.ClickException):
+        e.show()
+        sys.exit(e.exit_code)
+    if isinstance(e, click.exceptions.Exit):
+        sys.exit(e.exit_code)
+    err = translate(e)
+    if err is None:
+        raise e
+    err.show()
+    sys.exit(err.exit_code)
 
 
 __all__ = ["cli", "main", "UserError"]

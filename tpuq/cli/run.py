@@ -17,7 +17,7 @@ import click
 from tpuq.cli import context
 from tpuq.cli.args import JOB_ID
 from tpuq.cli.errors import UserError
-from tpuq.cli.submit import build_command
+from tpuq.cli.submitting import build_command
 from tpuq.spec import SpecError
 from tpuq.submitopts import SubmitOptions
 

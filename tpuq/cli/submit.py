@@ -1,50 +1,18 @@
-"""`tpuq submit`: build a checked job spec and queue it.
-
-Fast path, in both deployments: hand the spec to the local agent over its Unix socket
-(no SQLAlchemy or Celery import, tens of milliseconds); the agent writes it and rings.
-On a machine without an agent of this deployment, write it to the database directly.
+"""`tpuq submit`: Click's reader of its command line (every option, `--help`, `#TPUQ`
+lines). A plain command line is read without Click by cli/quick.py, which declines to
+this one for anything else; both hand what they read to cli/submitting.py.
 """
 
 from __future__ import annotations
 
-import shlex
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
-from tpuq import arrays
-from tpuq.cli import context
+from tpuq.cli import context, submitting
 from tpuq.cli.args import cancel_on_interrupt_option
 from tpuq.cli.errors import UserError
-from tpuq.spec import JobSpec, SpecError
-from tpuq.state.states import JobState
-from tpuq.submitopts import SubmitOptions, resolve
-
-if TYPE_CHECKING:
-    from tpuq.settings import Settings
-
-
-def _did_you_mean(option: str) -> str:
-    """`--chip` -> " (did you mean --chips?)": submit takes unknown options as the
-    command's words, so Click's own suggestion never runs for them."""
-    import difflib
-
-    ctx = click.get_current_context(silent=True)
-    names = [n for p in (ctx.command.params if ctx else []) for n in getattr(p, "opts", [])
-             if n.startswith("--")]
-    close = difflib.get_close_matches(option.split("=", 1)[0], names, n=1, cutoff=0.7)
-    return f" (did you mean {close[0]}?)" if close else ""
-
-
-def build_command(args: tuple[str, ...], python: str | None) -> list[str]:
-    first = args[0]
-    if first.startswith("-"):
-        raise UserError(f"no such option: {first}{_did_you_mean(first)} "
-                        "(see `tpuq submit --help`)")
-    try:
-        return resolve(args, python)
-    except SpecError as e:
-        raise UserError(str(e)) from None
+from tpuq.spec import SpecError
 
 
 @click.command(context_settings={"ignore_unknown_options": True,
@@ -129,11 +97,7 @@ def submit(**given: Any) -> None:
     set options too; the command line (or an option's variable) wins over them.
     """
     opts, sources = with_directives(click.get_current_context(), given)
-    _submit(**opts, sources=sources)
-
-
-# options that say how this shell shows the result, not what the job is: never stored
-_NOT_SOURCED = {"command", "wait_end", "cancel_on_interrupt", "quiet", "as_json"}
+    submitting.submit(opts, sources)
 
 
 def with_directives(ctx: click.Context, given: dict[str, Any]
@@ -166,7 +130,7 @@ def with_directives(ctx: click.Context, given: dict[str, Any]
             raise UserError(f"{script}: #TPUQ lines hold options only, not "
                             f"{sub.params['command'][0]!r}")
         for name, value in sub.params.items():
-            if name in _NOT_SOURCED or \
+            if name in submitting.NOT_SOURCED or \
                     sub.get_parameter_source(name) is not ParameterSource.COMMANDLINE:
                 continue
             if ctx.get_parameter_source(name) in (ParameterSource.DEFAULT,
@@ -176,7 +140,7 @@ def with_directives(ctx: click.Context, given: dict[str, Any]
     sources: dict[str, str] = {}
     for param in ctx.command.params:
         name = param.name or ""
-        if name in _NOT_SOURCED or not isinstance(param, click.Option):
+        if name in submitting.NOT_SOURCED or not isinstance(param, click.Option):
             continue
         flag = max(param.opts, key=len)
         if name in from_script:
@@ -186,126 +150,6 @@ def with_directives(ctx: click.Context, given: dict[str, Any]
         elif ctx.get_parameter_source(name) is ParameterSource.ENVIRONMENT:
             sources[flag] = "environment"
     return opts, sources
-
-
-def _submit(command: tuple[str, ...], name: str | None, chips: int | None,
-            tpu_type: str | None, team: str | None, priority: int,
-            env_items: tuple[str, ...], export: str, stop_signal: str, grace: str | None,
-            time_limit: str | None, max_retries: int, no_requeue: bool, no_tcmalloc: bool,
-            python: str | None, hold: bool, after: tuple[str, ...],
-            after_any: tuple[str, ...], array_spec: str | None, args_file: Any,
-            notify: str | None, notify_to: tuple[str, ...], begin: str | None,
-            output: str | None, wait_end: bool, cancel_on_interrupt: bool, quiet: bool,
-            as_json: bool, sources: dict[str, str]) -> None:
-    cfg = context.settings()
-    after_ids, after_tasks = job_refs(after, "--after")
-    after_any_ids, after_any_tasks = job_refs(after_any, "--after-any")
-    opts = SubmitOptions(
-        name=name, chips=chips, tpu_type=tpu_type, team=team, priority=priority,
-        env=env_items, export=export, stop_signal=stop_signal, grace=grace,
-        time_limit=time_limit, max_retries=max_retries, requeue=not no_requeue,
-        tcmalloc=not no_tcmalloc, python=python, notify=notify, notify_to=notify_to,
-        hold=hold, after=after_ids, after_any=after_any_ids, after_tasks=after_tasks,
-        after_any_tasks=after_any_tasks, begin=begin, output=output,
-        option_sources=sources)
-    command_line = build_command(command, python)
-    try:
-        spec = opts.spec(command_line, cfg)
-    except SpecError as e:
-        raise UserError(str(e)) from None
-    array = _array(array_spec, args_file)
-    job_id, tasks, notes = _send(cfg, opts, spec, array)
-    from tpuq.cli.wait import interruptible
-
-    # from here on the job is queued: Ctrl-C names it (and cancels it, if asked to)
-    with interruptible(tasks or [job_id], cancel=wait_end and cancel_on_interrupt,
-                       array=job_id if tasks else None):
-        _tell(job_id, tasks, notes, hold, quiet, as_json)
-        if wait_end:
-            _wait(tasks or [job_id], say=not quiet and not as_json)
-
-
-def _tell(job_id: int, tasks: list[int], notes: list[str], hold: bool, quiet: bool,
-          as_json: bool) -> None:
-    state = JobState.HELD if hold else JobState.QUEUED
-    if as_json:
-        context.echo_json({"id": job_id, "state": state, **({"tasks": tasks} if tasks else {})})
-    elif quiet:
-        click.echo(job_id)
-    elif tasks:
-        click.echo(f"submitted array {job_id}: {len(tasks)} tasks, jobs {tasks[0]}..{tasks[-1]}"
-                   + (" (held)" if hold else ""))
-    else:
-        click.echo(f"submitted job {job_id}" + (" (held)" if hold else ""))
-    for note in notes:  # on stderr, so even -q and --json show them
-        click.echo(note, err=True)
-
-
-def _wait(every: list[int], say: bool) -> None:
-    from tpuq.cli.wait import exit_status, wait_for
-
-    code = exit_status(wait_for(every, say=say), every)
-    if code:
-        raise SystemExit(code)
-
-
-
-
-def job_refs(values: tuple[str, ...], option: str) -> tuple[list[int], list[list[int]]]:
-    """`--after 3,54 --after 60_2` -> ([3, 54], [[60, 2]]): jobs (an array's id: every
-    task of it) and single array tasks; a usage error for anything else."""
-    ids: list[int] = []
-    tasks: list[list[int]] = []
-    for part in ",".join(values).split(","):
-        if not part.strip():
-            continue
-        try:
-            job, index = arrays.parse_ref(part)
-        except SpecError as e:
-            raise UserError(f"{option}: {e}") from None
-        if index is None:
-            ids.append(job)
-        else:
-            tasks.append([job, index])
-    return ids, tasks
-
-
-Array = tuple[list[int], list[list[str]], int | None]
-
-
-def _array(spec: str | None, args_file: Any) -> Array | None:
-    """(indices, per-task arguments, throttle) from --array and --args-file."""
-    if spec is None and args_file is None:
-        return None
-    try:
-        indices, throttle = arrays.parse(spec) if spec else ([], None)
-    except SpecError as e:
-        raise UserError(str(e)) from None
-    if args_file is None:
-        return indices, [], throttle
-    lines = [shlex.split(line, comments=True) for line in args_file.read().splitlines()]
-    args = [words for words in lines if words]
-    if not args:
-        raise UserError(f"--args-file {args_file.name}: no lines of arguments")
-    if spec and (len(indices) != len(args)):
-        raise UserError(f"--array has {len(indices)} tasks but --args-file "
-                        f"{args_file.name} has {len(args)} lines")
-    return (indices or list(range(len(args)))), args, throttle
-
-
-def _send(cfg: Settings, opts: SubmitOptions, spec: JobSpec,
-          array: Array | None) -> tuple[int, list[int], list[str]]:
-    """Queue the spec; (job id, an array's task ids, warnings and notes for the user)."""
-    from tpuq.protocol import Submitted
-
-    indices, args, throttle = array or ([], [], None)
-    reply = context.ask(opts.request(spec, array=indices, array_args=args,
-                                     throttle=throttle), Submitted)
-    notes = list(reply.warnings)
-    if cfg.embedded and not context.client().via_agent:
-        notes.append(context.agent_elsewhere() or
-                     "note: no agent is running on this VM; start one with `tpuq agent`")
-    return reply.id, list(reply.tasks), notes
 
 
 COMMANDS = [submit]
