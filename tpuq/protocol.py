@@ -28,14 +28,11 @@ from tpuq.records import MISSING, Record
 
 TYPE_CHECKING = False  # typing costs an import; the type checker reads this as True
 if TYPE_CHECKING:
-    from typing import (
-        Any,
-        ClassVar,
-        TypeVar,
-        dataclass_transform,  # novm: type checkers only
-    )
+    from typing import Any, ClassVar, TypeVar
 
     R = TypeVar("R", "Request", "Reply")
+if TYPE_CHECKING:
+    from typing import dataclass_transform  # novm: type checkers only
 else:
     def dataclass_transform(**_: Any) -> Callable[[type], type]:
         return lambda cls: cls

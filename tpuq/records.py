@@ -22,10 +22,12 @@ from __future__ import annotations
 TYPE_CHECKING = False  # typing costs an import; the type checker reads this as True
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import Any, ClassVar, TypeVar, dataclass_transform
+    from typing import Any, ClassVar, TypeVar
 
     R = TypeVar("R", bound="Record")
     T = TypeVar("T")
+if TYPE_CHECKING:
+    from typing import dataclass_transform  # novm: type checkers only (3.11)
 else:
     def dataclass_transform(**_: object) -> object:
         return lambda cls: cls

@@ -125,7 +125,13 @@ def test_the_usual_lines_are_read_without_click(line: list[str]) -> None:
 
 # runs `tpuq submit ARGV` as the executable does, then says whether Click was loaded
 PROBE = """
-import atexit, sys
+import os, sys
+leave = os._exit
+def noted(code):
+    print("click loaded:", "click" in sys.modules, file=sys.stderr, flush=True)
+    leave(code)
+os._exit = noted
+import atexit
 atexit.register(lambda: print("click loaded:", "click" in sys.modules, file=sys.stderr))
 sys.argv = ["tpuq", *sys.argv[1:]]
 from tpuq.cli.entry import main
