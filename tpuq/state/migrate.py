@@ -53,9 +53,12 @@ def alembic_config(engine: Engine | None = None) -> Config:
     from alembic.config import Config
 
     cfg = Config()
-    cfg.set_main_option("script_location", str(migrations_dir()))
+    # the options are configparser's, where % starts an interpolation: a path or URL with
+    # one (a non-ASCII TPUQ_HOME is %-encoded in its URL) is written %%
+    cfg.set_main_option("script_location", str(migrations_dir()).replace("%", "%%"))
     if engine is not None:
-        cfg.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False))
+        url = engine.url.render_as_string(hide_password=False)
+        cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     return cfg
 
 
