@@ -11,8 +11,8 @@ interpreter before it reached the agent. A Record's methods are written once, he
         bounds: str
         verified: bool = False
 
-A field without a default must be given; a list or dict default is copied for each
-record; `field(default_factory=f)` calls f for each. Arguments are given by keyword or
+A field without a default must be given; a list, dict or set default is copied for
+each record; `field(default_factory=f)` calls f for each. Arguments are given by keyword or
 in field order. `frozen=True` refuses assignment and makes records hashable by value.
 Type checkers read a Record as a dataclass (`dataclass_transform`).
 """
@@ -64,8 +64,9 @@ class Record:
         super().__init_subclass__(**kw)
         fields = {name: (name, kind, default) for name, kind, default in cls._fields}
         for name, kind in cls.__dict__.get("__annotations__", {}).items():
-            if not str(kind).startswith("ClassVar"):
-                fields[name] = (name, str(kind), cls.__dict__.get(name, MISSING))
+            kind = kind if isinstance(kind, str) else getattr(kind, "__name__", str(kind))
+            if not kind.startswith("ClassVar"):
+                fields[name] = (name, kind, cls.__dict__.get(name, MISSING))
         cls._fields = tuple(fields.values())
         if frozen:
             cls._frozen = True
@@ -87,7 +88,7 @@ class Record:
                 raise TypeError(f"{type(self).__name__}: {name} is required")
             elif isinstance(default, _Factory):
                 put(self, name, default.make())
-            elif isinstance(default, (list, dict)):
+            elif isinstance(default, (list, dict, set)):
                 put(self, name, type(default)(default))
             else:
                 put(self, name, default)

@@ -43,6 +43,17 @@ def test_every_option_is_read_as_click_declares_it_or_left_to_click() -> None:
         assert quick.read(["--", "true"], os.environ) == clicks(["--", "true"]), "defaults"
 
 
+def test_what_the_tpuq_group_reads_from_the_environment_is_left_to_click() -> None:
+    """`tpuq --version` and `--help` read TPUQ_<NAME>, shell completion _TPUQ_COMPLETE,
+    before any command: a line in such an environment is Click's."""
+    ctx = cli.make_context("tpuq", ["submit"], auto_envvar_prefix="TPUQ")
+    names = {f"TPUQ_{p.name.upper()}" for p in cli.get_params(ctx) if p.name}
+    assert names <= set(quick.GROUP_VARIABLES)
+    assert "_TPUQ_COMPLETE" in quick.GROUP_VARIABLES  # Click: _{PROG_NAME}_COMPLETE
+    for name in quick.GROUP_VARIABLES:
+        assert quick.read(["--", "true"], {name: "1"}) is None, name
+
+
 def clicks(args: list[str]) -> tuple[dict[str, Any], dict[str, str]] | None:
     """What Click passes to `submit` for this line in this process's environment (None:
     Click refuses it, or shows help)."""
@@ -65,7 +76,8 @@ COMMANDS = [["--", "/bin/true"], ["/bin/true", "--name", "x"], ["run.py", "--lr"
 ENV = {"TPUQ_CHIPS": ["2", "x", ""], "TPUQ_JOB_NAME": ["from-env"], "TPUQ_NOTIFY_TO": ["a b"],
        "TPUQ_JSON": ["1"], "TPUQ_SUBMIT_HOLD": ["1"], "TPUQ_SUBMIT_NAME": ["n"],
        "TPUQ_CANCEL_ON_INTERRUPT": ["1"], "TPUQ_PRIORITY": ["-2", "+3"],
-       "TPUQ_EXPORT": ["NONE"], "TPUQ_GRACE": ["5s"], "TPUQ_SUBMIT_ENV_ITEMS": ["A=1"]}
+       "TPUQ_EXPORT": ["NONE"], "TPUQ_GRACE": ["5s"], "TPUQ_SUBMIT_ENV_ITEMS": ["A=1"],
+       "TPUQ_VERSION": ["1", "0.1.0"]}
 
 
 def _line(rng: random.Random) -> list[str]:
@@ -174,3 +186,22 @@ def test_a_plain_submit_queues_the_job_clicks_reader_queues_without_loading_clic
         assert [b.returncode for b in bad] == [2, 2]
         assert bad[0].stderr.splitlines()[0] == bad[1].stderr.splitlines()[0]
         assert bad[0].stderr.startswith(said), bad[0].stderr
+    # a closed stdout: queued all the same; a reader gone from the pipe: queued, and an
+    # exit of 1 with nothing said, as Click ends then
+    for pre in ([], ["--cancel-on-interrupt"]):
+        before = stack.job_count()
+        closed = subprocess.run(["/bin/sh", "-c", 'exec "$0" -c "$1" submit ${2:+"$2"} -- '
+                                 '/bin/true >&-', sys.executable, PROBE, *pre], env=stack.env(),
+                                cwd=stack.home, capture_output=True, text=True, timeout=120)
+        assert closed.returncode == 0 and "Traceback" not in closed.stderr, closed.stderr
+        r, w = os.pipe()
+        os.close(r)
+        try:
+            gone = subprocess.run([sys.executable, "-c", PROBE, "submit", *pre, "--",
+                                   "/bin/true"], env=stack.env(), cwd=stack.home,
+                                  stdout=w, stderr=subprocess.PIPE, text=True, timeout=120)
+        finally:
+            os.close(w)
+        assert gone.returncode == 1, gone.stderr
+        assert gone.stderr.splitlines()[:-1] == [], gone.stderr  # but the probe's line
+        assert stack.job_count() == before + 2

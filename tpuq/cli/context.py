@@ -77,9 +77,16 @@ def echo_json(data: Any) -> None:
 
 
 def echo(line: str, err: bool = False) -> None:
-    """One line of the command's output (stderr: `err`), written at once."""
+    """One line of the command's output (stderr: `err`), written at once: nowhere when
+    the stream is closed (`>&-`), as UTF-8 bytes when its encoding cannot hold it."""
     out = sys.stderr if err else sys.stdout
-    out.write(line + "\n")
+    if out is None:
+        return
+    try:
+        out.write(line + "\n")
+    except UnicodeEncodeError:
+        out.flush()
+        out.buffer.write(line.encode("utf-8", "replace") + b"\n")
     out.flush()
 
 

@@ -24,10 +24,8 @@ def main() -> None:
         from tpuq.cli import quick
 
         if quick.submit(sys.argv[2:]):
-            # queued and said: the interpreter's teardown (module by module) would cost
-            # a fifth of what the command costs above a bare interpreter, for nothing
-            sys.stdout.flush()
-            sys.stderr.flush()
+            # queued, said and flushed: the interpreter's teardown (module by module)
+            # would cost a fifth of what the command costs above a bare interpreter
             os._exit(0)
     from tpuq.cli.main import main as run
 

@@ -6,9 +6,10 @@ Heavy imports (SQLAlchemy, Celery) happen inside the commands that need them, so
 
 from __future__ import annotations
 
+import errno
 import gc
 import sys
-from typing import NoReturn
+from typing import NoReturn, TextIO, cast
 
 import click
 
@@ -148,7 +149,8 @@ def _run(argv: list[str] | None) -> None:
 def fail(e: BaseException) -> NoReturn:
     """End the command for `e` as the command line ends for it: a mistake, a refusal or a
     known library error is one line and its kind's exit status; Ctrl-C is "aborted"
-    (130); anything else is a bug, whose traceback is shown."""
+    (130); a reader gone from the pipe ends it quietly (1); anything else is a bug,
+    whose traceback is shown."""
     if isinstance(e, KeyboardInterrupt):  # what Click does with one inside a command
         click.echo(err=True)
         e = click.exceptions.Abort()
@@ -160,6 +162,12 @@ def fail(e: BaseException) -> NoReturn:
         sys.exit(e.exit_code)
     if isinstance(e, click.exceptions.Exit):
         sys.exit(e.exit_code)
+    if isinstance(e, OSError) and e.errno == errno.EPIPE:  # as Click: the reader left
+        from click.utils import _PacifyFlushWrapper
+
+        sys.stdout = cast(TextIO, _PacifyFlushWrapper(sys.stdout))
+        sys.stderr = cast(TextIO, _PacifyFlushWrapper(sys.stderr))
+        sys.exit(1)
     err = translate(e)
     if err is None:
         raise e

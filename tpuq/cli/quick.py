@@ -7,14 +7,16 @@ command (tests/cli/test_quick_submit.py holds the two readers to the same result
 generated command lines and environments), and declines everything else to Click,
 which then reads the line itself: `--help`, a mistake of any kind, an option it does not
 know (short ones but `-q`), `--wait` and `--args-file`, a script with `#TPUQ` lines, a
-value its variable gives to a repeatable option or a flag, and any TPUQ_SUBMIT_*
-variable (Click's own name for every option's variable). What follows the reading is
+value its variable gives to a repeatable option or a flag, any TPUQ_SUBMIT_* variable
+(Click's own name for every option's variable) and the variables the `tpuq` group
+reads itself (TPUQ_VERSION, shell completion's). What follows the reading is
 one code path for both (cli/submitting.py).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 
 TYPE_CHECKING = False  # typing costs an import; the type checker reads this as True
@@ -58,6 +60,9 @@ DEFAULTS = {"priority": 0, "export": "ALL", "stop_signal": "SIGTERM", "max_retri
             "args_file": None, "wait_end": False, "cancel_on_interrupt": False}
 AUTO_PREFIX = "TPUQ_SUBMIT_"
 CANCEL_VARIABLE = "TPUQ_CANCEL_ON_INTERRUPT"  # --cancel-on-interrupt's
+# what the `tpuq` group reads before any command: its options' variables (--version's,
+# --help's) and Click's shell-completion switch
+GROUP_VARIABLES = ("TPUQ_VERSION", "TPUQ_HELP", "TPUQ__CLICK_DEFAULT_HELP", "_TPUQ_COMPLETE")
 # options that are not part of the job (submitting.NOT_SOURCED), as the table names them
 _SHOWN_ONLY = frozenset({"quiet", "as_json"})
 
@@ -68,7 +73,7 @@ def read(args: list[str], environ: Mapping[str, str]
          ) -> tuple[dict[str, Any], dict[str, str]] | None:
     """(the values Click would pass to `submit`, where each option came from) for
     `tpuq submit ARGS` in `environ`; None to leave the line to Click."""
-    if environ.get(CANCEL_VARIABLE) or \
+    if any(environ.get(v) for v in (CANCEL_VARIABLE, *GROUP_VARIABLES)) or \
             any(v for k, v in environ.items() if k.startswith(AUTO_PREFIX)):
         return None
     given: dict[str, Any] = {name: False if kind == FLAG else () if kind == MANY else None
@@ -135,8 +140,8 @@ def read(args: list[str], environ: Mapping[str, str]
 
 
 def submit(args: list[str]) -> bool:
-    """Run `tpuq submit ARGS` if `read` reads it and its script has no `#TPUQ` lines;
-    False, having done nothing, to leave it to Click."""
+    """Run `tpuq submit ARGS` if `read` reads it and its script has no `#TPUQ` lines,
+    its output flushed; False, having done nothing, to leave it to Click."""
     read_as = read(args, os.environ)
     if read_as is None:
         return False
@@ -154,6 +159,9 @@ def submit(args: list[str]) -> bool:
 
     try:
         submitting.submit(given, sources)
+        for out in (sys.stdout, sys.stderr):
+            if out is not None:  # None: closed (`>&-`)
+                out.flush()
     except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - as the command line does
         from tpuq.cli.main import fail
 
