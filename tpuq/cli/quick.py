@@ -108,13 +108,10 @@ def read(args: list[str], environ: Mapping[str, str]
                 i += 1
             if kind == MANY:
                 given[name] = (*given[name], value) if name in from_line else (value,)
-            elif kind == INT:
-                try:
-                    given[name] = int(value)
-                except ValueError:
-                    return None
             else:
-                given[name] = value
+                given[name] = _converted(kind, value)
+                if given[name] is _REFUSED:
+                    return None
         from_line.add(name)
     if not command or command[0][:1] == "-":
         return None
@@ -125,18 +122,26 @@ def read(args: list[str], environ: Mapping[str, str]
         if name in from_line:
             if name not in _SHOWN_ONLY:
                 sources[max(flags, key=len)] = "command line"
-        elif set_by:
-            if kind in (FLAG, MANY):
+        elif set_by:  # a flag's or a repeatable option's variable is read Click's way
+            given[name] = _REFUSED if kind in (FLAG, MANY) else _converted(kind, set_by)
+            if given[name] is _REFUSED:
                 return None
-            if kind == INT:
-                try:
-                    given[name] = int(set_by)
-                except ValueError:
-                    return None
-            else:
-                given[name] = set_by
             sources[max(flags, key=len)] = "environment"
     return given, sources
+
+
+_REFUSED = object()
+
+
+def _converted(kind: str, text: str) -> object:
+    """An option's value as Click converts it (int() for a whole number); _REFUSED where
+    Click refuses it."""
+    if kind != INT:
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        return _REFUSED
 
 
 def submit(args: list[str]) -> bool:
