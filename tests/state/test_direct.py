@@ -158,3 +158,47 @@ def test_a_value_is_stored_as_session_execute_stores_it_none_included(db) -> Non
             stored = dict(s.execute(text("SELECT id, env_dropped FROM jobs WHERE id IN "
                                          "(:a, :b)"), {"a": mine, "b": theirs}).all())
         assert stored[mine] == stored[theirs], dropped
+
+
+def test_statements_sent_together_read_what_each_alone_reads_in_order(db) -> None:  # type: ignore[no-untyped-def]
+    """rows_of_each: one pipeline on PostgreSQL, run in the order given (a write first is
+    seen by the read after it), each with its own parameters and row type."""
+    first, second = _queue(db), _queue(db, owner="bob")
+    with db.write() as s:
+        alone = [direct.rows(s, MIXED, {"who": "ann"}), direct.rows(s, BY_ID, {"tq_job": second})]
+        written, mixed, one = direct.rows_of_each(s, [
+            (SET_COMMAND, {"tq_job": first, "command": ["a", "b"]}, None),
+            (MIXED, {"who": "ann"}, None), (BY_ID, {"tq_job": second}, IdState)])
+    assert [tuple(r) for r in written] == [(first, ["a", "b"])]
+    assert mixed[0].command == ["a", "b"], "the write before it was seen"
+    assert [r[2:] for r in mixed] == [r[2:] for r in alone[0]]
+    assert one == alone[1] and type(one[0]) is IdState
+
+
+def test_an_error_among_statements_sent_together_is_sqlalchemys(db) -> None:  # type: ignore[no-untyped-def]
+    job = _queue(db)
+    every = list(JOBS.c)
+    twice = insert(JOBS).from_select([c.name for c in every], select(*every)
+                                     .where(JOBS.c.id == bindparam("tq_job")))
+    with pytest.raises(exc.IntegrityError), db.write() as s:
+        direct.rows_of_each(s, [(BY_ID, {"tq_job": job}, None), (twice, {"tq_job": job}, None),
+                                (BY_ID, {"tq_job": job}, None)])
+    with db.read() as s:
+        assert direct.first(s, BY_ID, {"tq_job": job}) is not None, "the session goes on"
+
+
+@pytest.mark.parametrize("db", ["postgresql"], indirect=True)
+def test_a_connection_lost_under_statements_sent_together_is_an_outage(db) -> None:  # type: ignore[no-untyped-def]
+    job = _queue(db)
+    server = create_engine(db.engine.url, poolclass=NullPool)
+    try:
+        with pytest.raises(exc.DBAPIError) as out, db.read() as s:
+            pid = s.execute(text("SELECT pg_backend_pid()")).scalar_one()
+            with server.connect() as other:
+                other.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pid})
+            direct.rows_of_each(s, [(BY_ID, {"tq_job": job}, None)] * 2)
+    finally:
+        server.dispose()
+    assert out.value.connection_invalidated and outage.is_outage(out.value)
+    with db.read() as s:
+        assert direct.first(s, BY_ID, {"tq_job": job}).id == job

@@ -38,13 +38,14 @@ _WAITING = (JobState.QUEUED.value, JobState.HELD.value)
 # COMMITTED a job committed in between has its links visible too (they commit with it).
 _JOBS = cast(Table, Job.__table__)
 _DEP, _WAITER = _JOBS.alias("dep"), _JOBS.alias("waiter")
-_OPEN = (select(DEPS.c.job_id, DEPS.c.after_id, DEPS.c.kind, _WAITER.c.state.label("waiting"),
-                _DEP.c.state, _DEP.c.array_id, _DEP.c.array_index)
-         .join(_WAITER, _WAITER.c.id == DEPS.c.job_id)
-         .join(_DEP, _DEP.c.id == DEPS.c.after_id)
-         .where(or_(*(_WAITER.c.state == w for w in _WAITING)),
-                _DEP.c.state != JobState.SUCCEEDED.value)
-         .order_by(DEPS.c.job_id, DEPS.c.after_id))
+OPEN_LINKS = (select(DEPS.c.job_id, DEPS.c.after_id, DEPS.c.kind,
+                     _WAITER.c.state.label("waiting"), _DEP.c.state, _DEP.c.array_id,
+                     _DEP.c.array_index)
+              .join(_WAITER, _WAITER.c.id == DEPS.c.job_id)
+              .join(_DEP, _DEP.c.id == DEPS.c.after_id)
+              .where(or_(*(_WAITER.c.state == w for w in _WAITING)),
+                     _DEP.c.state != JobState.SUCCEEDED.value)
+              .order_by(DEPS.c.job_id, DEPS.c.after_id))
 
 
 @dataclass
@@ -163,11 +164,13 @@ def _unmet(kind: str, state: str) -> bool:
     return state != JobState.SUCCEEDED.value if kind == OK else state not in _ENDED
 
 
-def read_open(s: Session) -> Open:
-    """What waiting jobs still wait for, and which of them can never run (`Open`)."""
+def read_open(s: Session, found: list[Any] | None = None) -> Open:
+    """What waiting jobs still wait for, and which of them can never run (`Open`);
+    `found`: the rows of OPEN_LINKS, read already (with others, snapshot.read)."""
     unmet: dict[int, list[int]] = defaultdict(list)
     out = Open()
-    for job_id, after_id, kind, waiting, state, array_id, index in direct.rows(s, _OPEN):
+    for job_id, after_id, kind, waiting, state, array_id, index in \
+            (direct.rows(s, OPEN_LINKS) if found is None else found):
         if kind == OK and state in _FAILED:
             out.doomed.setdefault(job_id, (after_id, state))
         if waiting == JobState.QUEUED.value and _unmet(kind, state):

@@ -19,7 +19,8 @@ is invalidated as SQLAlchemy would, so callers tell an outage the same way; the 
 from __future__ import annotations
 
 from collections import namedtuple
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from functools import partial
 from typing import Any
 
@@ -54,9 +55,57 @@ def rows(s: Session, stmt: Any, params: Mapping[str, Any] | None = None, *,
     """Every row of `stmt` run with `params`, as named tuples (attributes: the columns'
     keys, as a SQLAlchemy Row has them), or of the `row` type given (a NamedTuple whose
     fields are the statement's columns, in order)."""
+    return rows_of_each(s, [(stmt, params, row)])[0]
+
+
+Call = tuple[Any, "Mapping[str, Any] | None", "type[tuple[Any, ...]] | None"]
+
+
+def rows_of_each(s: Session, calls: Sequence[Call]) -> list[list[Any]]:
+    """`rows` of each (statement, params, row type) in turn, in one transaction; on
+    PostgreSQL sent together in one pipeline: one round trip for all of them instead of
+    one each (the server still runs them in this order, each seeing what the ones before
+    it saw or wrote)."""
     conn = s.connection()
     dialect = conn.dialect
-    c = _compiled(stmt, dialect, row)
+    ready = [(c, _arguments(c, params)) for c, params in
+             ((_compiled(stmt, dialect, row), params) for stmt, params, row in calls)]
+    raw = conn.connection
+    heard = conn.dispatch.before_cursor_execute
+    cursors = [raw.cursor() for _ in ready]
+    driver: Any = raw.driver_connection
+    at = 0  # the statement an error is told with (a pipeline's: the last one sent)
+    try:
+        together = len(ready) > 1 and dialect.name == "postgresql"
+        with driver.pipeline() if together else nullcontext():
+            for i, ((c, args), cursor) in enumerate(zip(ready, cursors, strict=True)):
+                at = i
+                if heard:  # listeners (statement counts, logging) hear it as from Session.execute
+                    heard(conn, cursor, c.sql, args, None, False)
+                cursor.execute(c.sql, args)
+        out = []
+        for i, ((c, _), cursor) in enumerate(zip(ready, cursors, strict=True)):
+            at = i
+            fetched: list[Any] = list(cursor.fetchall()) if c.types else []
+            if c.results is _UNREAD and c.types:  # psycopg builds a description per call: once
+                found = tuple(t.result_processor(dialect, d[1])
+                              for t, d in zip(c.types, cursor.description, strict=True))
+                c.results = found if any(found) else None
+            out.append(_converted(c, fetched))
+        return out
+    except dialect.loaded_dbapi.Error as e:
+        c, args = ready[at]
+        gone = dialect.is_disconnect(e, raw, cursors[at])
+        if gone:
+            conn.invalidate(e)
+        raise exc.DBAPIError.instance(c.sql, args, e, dialect.loaded_dbapi.Error,
+                                      connection_invalidated=gone, dialect=dialect) from e
+    finally:
+        for cursor in cursors:
+            cursor.close()
+
+
+def _arguments(c: _Compiled, params: Mapping[str, Any] | None) -> Any:
     given = params or {}
     values = []
     for name, process, own in c.binds:
@@ -65,27 +114,10 @@ def rows(s: Session, stmt: Any, params: Mapping[str, Any] | None = None, *,
             raise exc.ArgumentError(f"a value is required for bind parameter {name!r}")
         # None too, as SQLAlchemy does: a JSON column's None is JSON null, not SQL NULL
         values.append(process(v) if process is not None else v)
-    args: Any = values if c.positional else dict(zip(c.names, values, strict=True))
-    raw = conn.connection
-    cursor = raw.cursor()
-    heard = conn.dispatch.before_cursor_execute
-    try:
-        if heard:  # listeners (statement counts, logging) hear it as from Session.execute
-            heard(conn, cursor, c.sql, args, None, False)
-        cursor.execute(c.sql, args)
-        fetched = cursor.fetchall() if c.types else []
-        if c.results is _UNREAD and c.types:  # psycopg builds a description per call: once
-            found = tuple(t.result_processor(dialect, d[1])
-                          for t, d in zip(c.types, cursor.description, strict=True))
-            c.results = found if any(found) else None
-    except dialect.loaded_dbapi.Error as e:
-        gone = dialect.is_disconnect(e, raw, cursor)
-        if gone:
-            conn.invalidate(e)
-        raise exc.DBAPIError.instance(c.sql, args, e, dialect.loaded_dbapi.Error,
-                                      connection_invalidated=gone, dialect=dialect) from e
-    finally:
-        cursor.close()
+    return values if c.positional else dict(zip(c.names, values, strict=True))
+
+
+def _converted(c: _Compiled, fetched: list[Any]) -> list[Any]:
     procs = c.results
     if procs is None or procs is _UNREAD:  # nothing to convert (or no rows)
         return list(map(c.row, fetched))
