@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from tpuq.jobjson import ShownJob
     from tpuq.settings import Settings
     from tpuq.state.db import Database
+    from tpuq.state.pgsubmit import Submitter
 
     R = TypeVar("R", bound=Reply)
 
@@ -46,6 +47,7 @@ class Client:
         self.settings = settings
         self.via_agent: bool | None = None  # how the last request went (None: not yet)
         self._db: Database | None = None
+        self._submitter: Submitter | None = None
 
     def call(self, req: Request) -> Reply:
         """The reply, a Refusal included (see `ask` for one that raises)."""
@@ -91,11 +93,22 @@ class Client:
     def close(self) -> None:
         if self._db is not None:
             self._db.dispose()
+        if self._submitter is not None:
+            self._submitter.close()
 
     # ---- without an agent: the handlers, here -------------------------------------------------
     def _direct(self, req: Request) -> Reply:
         if isinstance(req, protocol.Ping):
             return Refusal(kind=Failure.UNAVAILABLE, error="no agent answers here")
+        if isinstance(req, protocol.Submit) and self._db is None:
+            # a plain team submit without SQLAlchemy; the handlers take what it declines
+            if self._submitter is None:
+                from tpuq.state.pgsubmit import Submitter
+
+                self._submitter = Submitter(self.settings)
+            reply = self._submitter.submit(req)
+            if reply is not None:
+                return reply
         with gcpause.paused():  # SQLAlchemy, the state layer and the handlers load here
             from tpuq.api.handlers import Api
 

@@ -1,6 +1,7 @@
 """A machine with no agent rings the agents through the database: a submit from such a
 machine starts although every agent's scheduler polls only hourly, and it needs neither
-Celery nor a broker connection (nor any broker account) to do it."""
+Celery nor a broker connection (nor any broker account) to do it, nor SQLAlchemy: a plain
+submit is written with psycopg alone (state/pgsubmit.py)."""
 
 from __future__ import annotations
 
@@ -20,5 +21,5 @@ def test_a_submit_from_a_machine_without_an_agent_rings_through_the_database(
         timeout=60)
     assert traced.returncode == 0, traced.stderr
     modules = {line.rsplit("|", 1)[-1].strip() for line in traced.stderr.splitlines()}
-    assert "psycopg" in modules and not {"celery", "kombu", "redis"} & modules
+    assert "psycopg" in modules and not {"celery", "kombu", "redis", "sqlalchemy"} & modules
     team_stack.wait_state(int(traced.stdout.split()[-1]), "succeeded", timeout=30)

@@ -5,7 +5,11 @@
 - `transitions.py`  the one guarded compare-and-set that changes a job's state
 - `jobs.py`         what people do to jobs: submit, cancel, hold, resubmit
 - `deps.py`         job dependencies: what a job waits for, who a failure dooms
-- `admission.py`    what cannot run is refused at submit (type, chips, team, caps)
+- `admission_rules.py` what cannot run is refused at submit (type, chips, team, caps),
+                    on the facts read (no SQLAlchemy)
+- `admission.py`    those facts, read through SQLAlchemy
+- `pgsubmit.py`     a plain team submit with no agent, on psycopg alone (no SQLAlchemy)
+- `pgconnect.py`    how tpuq connects to PostgreSQL (options, URL, wake-up channel)
 - `attempts.py`     an attempt's life: assign, start, renew, finish, the reaper
 - `gangs.py`        a slice job's workers: assignment, start barrier, leases, the gang's end
 - `hosts.py`        host rows: register, heartbeat, liveness, drain, busy

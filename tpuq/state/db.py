@@ -20,6 +20,8 @@ from sqlalchemy.orm import Session
 
 from tpuq.errors import Failure, TpuqError
 from tpuq.state import versions
+from tpuq.state.pgconnect import PG_CONNECT_ARGS
+from tpuq.state.versions import SCHEMA_HEAD as SCHEMA_HEAD  # where callers name it
 from tpuq.state.versions import Schema
 
 
@@ -37,27 +39,11 @@ class _InterruptedQuery(logging.Filter):
 
 logging.getLogger("psycopg").addFilter(_InterruptedQuery())
 
-SCHEMA_HEAD = "0020"  # the newest migration; tests check it matches Alembic's single head
 
 
 def rows_changed(result: Result[Any]) -> int:
     """How many rows an UPDATE or DELETE changed."""
     return cast("CursorResult[Any]", result).rowcount
-
-
-# A network partition must not freeze the deployment. The server ends a session left
-# idle inside a transaction (its client cut off mid-transaction) so its row locks (the
-# leader row, a job's row) cannot block the other agents for longer than that; no tpuq
-# transaction waits between statements on anything but its own short computation (a
-# scheduling pass over 100,000 queued jobs plans in well under a second: bench/). On the
-# client side a dead server is noticed by TCP: unacknowledged data for 10 s, or 3 missed
-# keepalives after 5 s of silence, drops the connection, and a connect gives up after 5 s.
-PG_CONNECT_ARGS = {
-    "connect_timeout": 5,
-    "keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3,
-    "tcp_user_timeout": 10_000,
-    "options": "-c idle_in_transaction_session_timeout=10000",
-}
 
 
 class SchemaError(TpuqError, RuntimeError):

@@ -1,6 +1,6 @@
 """Which code may act on which schema.
 
-Code is named by the newest migration it carries (db.SCHEMA_HEAD); a database by the
+Code is named by the newest migration it carries (SCHEMA_HEAD); a database by the
 migration it is at and by the oldest code it admits (`meta.min_code`, written by the
 migration that last raised it: migrations/versions/0015). Revision ids are short
 sequential numbers, so "newer" is a comparison of numbers.
@@ -14,19 +14,24 @@ sequential numbers, so "newer" is a comparison of numbers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from tpuq.records import Record
 
-from sqlalchemy import Connection, text
+TYPE_CHECKING = False  # SQLAlchemy is not loaded here: a submit without it reads this too
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
 
+SCHEMA_HEAD = "0020"  # the newest migration; tests check it matches Alembic's single head
 MIN_CODE_KEY = "min_code"
+# the revision and the oldest code admitted, in one statement (a named parameter :k)
+READ_SQL = ("SELECT v.version_num, (SELECT m.value FROM meta m WHERE m.key = {k}) "
+            "FROM alembic_version v")
 
 
 def rank(revision: str) -> int:
     return int(revision)
 
 
-@dataclass(frozen=True)
-class Schema:
+class Schema(Record, frozen=True):
     """Where a database is: its revision and the oldest code it admits (None: none said)."""
 
     revision: str | None
@@ -60,12 +65,14 @@ def read(conn: Connection) -> Schema:
     """The schema of the database `conn` reaches, in one statement (the agent asks on
     every heartbeat). Raises the driver's error when it has no `meta` (a schema before
     0003: see read_revision) or no schema at all."""
-    row = conn.execute(text(
-        "SELECT v.version_num, (SELECT m.value FROM meta m WHERE m.key = :k) "
-        "FROM alembic_version v"), {"k": MIN_CODE_KEY}).first()
+    from sqlalchemy import text
+
+    row = conn.execute(text(READ_SQL.format(k=":k")), {"k": MIN_CODE_KEY}).first()
     return Schema(None) if row is None else Schema(row[0], row[1])
 
 
 def read_revision(conn: Connection) -> Schema:
     """The revision alone, for a schema older than `meta`."""
+    from sqlalchemy import text
+
     return Schema(conn.execute(text("SELECT version_num FROM alembic_version")).scalar())

@@ -17,9 +17,10 @@ from collections.abc import Callable
 from sqlalchemy import text
 
 from tpuq.state.db import Database
+from tpuq.state.pgconnect import WAKE_CHANNEL
 
 log = logging.getLogger("tpuq.state")
-CHANNEL = "tpuq_wake"
+CHANNEL = WAKE_CHANNEL
 RETRY_S = 1.0  # a lost listening connection is made again this often
 WAIT_S = 1.0  # how long one wait for wake-ups lasts before it checks for a stop
 

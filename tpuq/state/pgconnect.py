@@ -1,0 +1,36 @@
+"""How tpuq connects to PostgreSQL: the same options through SQLAlchemy's engines
+(state/db.py) and through psycopg alone (state/pgsubmit.py). Nothing here loads either.
+"""
+
+from __future__ import annotations
+
+# A network partition must not freeze the deployment. The server ends a session left
+# idle inside a transaction (its client cut off mid-transaction) so its row locks (the
+# leader row, a job's row) cannot block the other agents for longer than that; no tpuq
+# transaction waits between statements on anything but its own short computation (a
+# scheduling pass over 100,000 queued jobs plans in well under a second: bench/). On the
+# client side a dead server is noticed by TCP: unacknowledged data for 10 s, or 3 missed
+# keepalives after 5 s of silence, drops the connection, and a connect gives up after 5 s.
+PG_CONNECT_ARGS = {
+    "connect_timeout": 5,
+    "keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3,
+    "tcp_user_timeout": 10_000,
+    "options": "-c idle_in_transaction_session_timeout=10000",
+}
+
+# the channel of the agents' wake-ups (state/wakeups.py)
+WAKE_CHANNEL = "tpuq_wake"
+
+# the URL schemes SQLAlchemy reads as PostgreSQL through psycopg (state/db.py rewrites the
+# plain one), whose rest libpq reads as SQLAlchemy does: user, %-escaped password, host,
+# port, database, and libpq's own keywords as the query
+_SCHEMES = ("postgresql+psycopg://", "postgresql://")
+
+
+def conninfo(url: str) -> str | None:
+    """The libpq connection URI for a TPUQ_DATABASE_URL, or None for one that only
+    SQLAlchemy reads (another driver, SQLite)."""
+    for scheme in _SCHEMES:
+        if url.startswith(scheme):
+            return "postgresql://" + url[len(scheme):]
+    return None
