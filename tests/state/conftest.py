@@ -19,3 +19,16 @@ def db(request, tmp_path) -> Iterator[Database]:
         yield d
     finally:
         d.dispose()
+
+
+@pytest.fixture
+def without_pipeline_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    """psycopg as it runs on a libpq without pipeline mode (older than 14): asking for a
+    pipeline fails, as psycopg's own check does."""
+    import psycopg
+
+    def refused(*_a: object, **_k: object) -> None:
+        raise psycopg.NotSupportedError("libpq too old for pipeline mode")
+
+    monkeypatch.setattr(psycopg.Pipeline, "is_supported", classmethod(lambda cls: False))
+    monkeypatch.setattr(psycopg.Connection, "pipeline", refused)

@@ -160,9 +160,14 @@ def test_a_value_is_stored_as_session_execute_stores_it_none_included(db) -> Non
         assert stored[mine] == stored[theirs], dropped
 
 
-def test_statements_sent_together_read_what_each_alone_reads_in_order(db) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("has_pipeline", [True, False])
+def test_statements_sent_together_read_what_each_alone_reads_in_order(  # type: ignore[no-untyped-def]
+        db, request, has_pipeline) -> None:
     """rows_of_each: one pipeline on PostgreSQL, run in the order given (a write first is
-    seen by the read after it), each with its own parameters and row type."""
+    seen by the read after it), each with its own parameters and row type; with a libpq
+    older than 14 (no pipeline mode), one after another, the same rows."""
+    if not has_pipeline:
+        request.getfixturevalue("without_pipeline_mode")
     first, second = _queue(db), _queue(db, owner="bob")
     with db.write() as s:
         alone = [direct.rows(s, MIXED, {"who": "ann"}), direct.rows(s, BY_ID, {"tq_job": second})]

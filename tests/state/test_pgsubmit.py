@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import JSON, text
 
 from tests.state.rows import register_host
+from tpuq.api import handlers
 from tpuq.client import Client
 from tpuq.protocol import Refusal, Submit, Submitted
 from tpuq.settings import Settings
@@ -65,12 +66,21 @@ def _request(team: str = "open", held: bool = False, **fields: Any) -> Submit:
 
 
 def _by_handlers(cfg: Settings, req: Submit) -> Any:
+    """The reply of the handlers (api/handlers.py), as an agent's socket or a client with
+    its database open asks them."""
     client = Client(cfg)
     client._database()  # an open database: the client asks the handlers
     try:
         return client.call(req)
     finally:
         client.close()
+
+
+def _by_sqlalchemy(cfg: Settings, req: Submit, monkeypatch: Any) -> Any:
+    """The handlers' reply with state/pgsubmit.py out of the way: SQLAlchemy's rows."""
+    with monkeypatch.context() as m:
+        m.setattr(handlers.pgsubmit, "submit_as", lambda *_a, **_k: None)
+        return _by_handlers(cfg, req)
 
 
 def _row(url: str, job_id: int) -> tuple[dict[str, Any], list[Any]]:
@@ -110,25 +120,28 @@ CASES = [  # (caller, request): what admission says to each, both ways
 
 
 @pytest.mark.parametrize("who,req", CASES)
-def test_the_same_rows_warnings_and_refusals_as_the_handlers(pg, tmp_path, who, req):
+def test_the_same_rows_warnings_and_refusals_as_through_sqlalchemy(pg, tmp_path, monkeypatch,
+                                                                   who, req):
     db, url, alice, carol = pg
     role = {"alice": alice, "carol": carol, None: None}[who]
     cfg = _settings(url, role, tmp_path)
     submitter = Submitter(cfg)
     try:
-        fast = submitter.submit(req)
+        off_hosts = submitter.submit(req)  # a machine with no agent
     finally:
         submitter.close()
-    slow = _by_handlers(cfg, req)
-    assert fast is not None, "a plain submit is served without SQLAlchemy"
-    assert type(fast) is type(slow)
-    if isinstance(slow, Refusal):
-        assert (fast.kind, fast.error) == (slow.kind, slow.error)
-        return
-    assert isinstance(fast, Submitted) and isinstance(slow, Submitted)
-    assert fast.warnings == slow.warnings and fast.tasks == slow.tasks == []
-    assert fast.id != slow.id
-    assert _row(url, fast.id) == _row(url, slow.id)
+    assert off_hosts is not None, "a plain submit is served without SQLAlchemy"
+    as_agent = _by_handlers(cfg, req)  # an agent's (and a client's with its database open)
+    slow = _by_sqlalchemy(cfg, req, monkeypatch)
+    for fast in (off_hosts, as_agent):
+        assert type(fast) is type(slow)
+        if isinstance(slow, Refusal):
+            assert (fast.kind, fast.error) == (slow.kind, slow.error)
+            continue
+        assert isinstance(fast, Submitted) and isinstance(slow, Submitted)
+        assert fast.warnings == slow.warnings and fast.tasks == slow.tasks == []
+        assert fast.id != slow.id
+        assert _row(url, fast.id) == _row(url, slow.id)
 
 
 def test_its_json_columns_are_the_models(pg) -> None:
@@ -215,3 +228,21 @@ def test_a_connection_the_server_ended_between_submits_is_made_again(pg, tmp_pat
     with db.read() as s:
         ids = list(s.scalars(text("SELECT id FROM jobs ORDER BY id")))
     assert ids == [first.id, second.id, third.id], "each queued once"
+
+
+def test_a_libpq_without_pipeline_mode_writes_the_same_rows(pg, tmp_path, request) -> None:
+    db, url, alice, _ = pg
+    cfg = _settings(url, alice, tmp_path)
+    req = _request(chips=1, name="same")
+    pipelined = _by_handlers(cfg, req)
+    request.getfixturevalue("without_pipeline_mode")
+    submitter = Submitter(cfg)
+    try:
+        off_hosts = submitter.submit(req)
+    finally:
+        submitter.close()
+    as_agent = _by_handlers(cfg, req)
+    for reply in (off_hosts, as_agent):
+        assert isinstance(reply, Submitted), reply
+        assert reply.warnings == pipelined.warnings
+        assert _row(url, reply.id) == _row(url, pipelined.id)

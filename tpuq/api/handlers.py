@@ -67,6 +67,7 @@ from tpuq.state import (
     logusage,
     outage,
     outbox,
+    pgsubmit,
     queries,
     teams,
     usage,
@@ -139,6 +140,11 @@ class Api:
         return Identity(user=caller.name, admin=caller.admin)
 
     def submit(self, req: Submit, caller: Caller) -> Reply:
+        if not self.db.is_sqlite:  # a plain job: two round trips (state/pgsubmit.py)
+            reply = pgsubmit.submit_as(self.db.engine, self.settings, req, caller.name,
+                                       caller.admin)
+            if reply is not None:
+                return reply
         spec = JobSpec.from_dict({**req.spec, "owner": caller.name})
         self.check_destinations(spec.notify_to)
         with self.db.write() as s:

@@ -17,6 +17,7 @@
 - `logs.py`        tpuq logs
 - `history.py`     tpuq history (sacct) and tpuq usage: ended jobs and what they cost
 - `wait.py`        tpuq wait (and submit --wait): block until jobs end, exit with the outcome
+- `interrupts.py`  Ctrl-C while waiting on jobs: say what goes on, or cancel it (Click-free)
 - `control.py`     cancel, preempt, hold, release, update, resubmit, drain, undrain
 - `quota.py`       tpuq quota (and set, add-member, remove-member)
 - `agent_cmds.py`  tpuq agent, tpuq db, tpuq config

@@ -42,7 +42,7 @@ def logs(job_id: int, follow: bool, attempt: int | None, tail: int | None,
     \b
       tpuq logs 12 --tail 50 -f
     """
-    from tpuq.cli.wait import interruptible
+    from tpuq.cli.interrupts import interruptible
 
     if not follow:
         _print(job_id, attempt, tail, worker, follow)

@@ -13,6 +13,7 @@ import shlex
 import sys
 
 from tpuq.cli import context
+from tpuq.cli.interrupts import interruptible
 from tpuq.spec import JobSpec, SpecError
 from tpuq.state.states import JobState
 from tpuq.submitopts import SubmitOptions, resolve
@@ -74,15 +75,11 @@ def submit(given: dict[str, Any], sources: dict[str, str]) -> None:
     job_id, tasks, notes = _send(cfg, opts, spec, array)
     wait_end = given["wait_end"]
     # from here on the job is queued: Ctrl-C names it (and cancels it, if asked to)
-    try:
+    with interruptible(tasks or [job_id], cancel=wait_end and given["cancel_on_interrupt"],
+                       array=job_id if tasks else None):
         _tell(job_id, tasks, notes, given["hold"], given["quiet"], given["as_json"])
         if wait_end:
             _wait(tasks or [job_id], say=not given["quiet"] and not given["as_json"])
-    except KeyboardInterrupt:
-        from tpuq.cli.wait import on_interrupt
-
-        on_interrupt(tasks or [job_id], cancel=wait_end and given["cancel_on_interrupt"],
-                     array=job_id if tasks else None)
 
 
 def _tell(job_id: int, tasks: list[int], notes: list[str], hold: bool, quiet: bool,

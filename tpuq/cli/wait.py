@@ -7,20 +7,18 @@ job's (in the order given): 10 failed, 11 cancelled, 12 timeout, so
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from typing import NoReturn
+from collections.abc import Sequence
 
 import click
 
 from tpuq.cli import context
 from tpuq.cli.args import cancel_on_interrupt_option
 from tpuq.cli.errors import UserError
+from tpuq.cli.interrupts import interruptible, on_interrupt
 from tpuq.state.states import JobState
 
 OUTCOME_EXIT: dict[str, int] = {JobState.SUCCEEDED: 0, JobState.FAILED: 10,
                                  JobState.CANCELLED: 11, JobState.TIMEOUT: 12}
-INTERRUPTED_EXIT = 130  # as a shell reports a command ended by SIGINT
 
 
 
@@ -39,36 +37,6 @@ def wait_for(ids: Sequence[int], *, say: bool = True) -> dict[int, str]:
 
     return wait_ended(lambda i: str(context.ask(ShowJob(id=i), JobDetail).job["state"]),
                       ids, on_end=told)
-
-
-@contextmanager
-def interruptible(ids: Sequence[int], *, cancel: bool, array: int | None = None
-                  ) -> Iterator[None]:
-    """Ctrl-C while waiting on jobs: say which jobs go on and how to cancel them, or
-    (`cancel`) cancel them; exit 130 either way."""
-    try:
-        yield
-    except KeyboardInterrupt:
-        on_interrupt(ids, cancel=cancel, array=array)
-
-
-def on_interrupt(ids: Sequence[int], *, cancel: bool, array: int | None = None) -> NoReturn:
-    """What an interrupted wait tells (or does): the jobs keep running unless `cancel`."""
-    what = f"array {array}" if array is not None else \
-        ("job " if len(ids) == 1 else "jobs ") + " ".join(map(str, ids))
-    how = f"--array {array}" if array is not None else " ".join(map(str, ids))
-    if not cancel:
-        click.echo(f"tpuq: interrupted; {what} goes on (stopped waiting only): "
-                   f"`tpuq cancel {how}` cancels it", err=True)
-        raise SystemExit(INTERRUPTED_EXIT)
-    from tpuq.protocol import Action, Control, Results
-
-    req = Control(action=Action.CANCEL, ids=[] if array is not None else list(ids),
-                  arrays=[array] if array is not None else [])
-    for r in context.ask(req, Results).results:
-        said = r["message"] if r["ok"] else f"not cancelled: {r['message']}"
-        click.echo(f"tpuq: interrupted; job {r['id']} {said}", err=True)
-    raise SystemExit(INTERRUPTED_EXIT)
 
 
 def exit_status(ended: dict[int, str], ids: Sequence[int]) -> int:

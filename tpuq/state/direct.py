@@ -22,11 +22,13 @@ from collections import namedtuple
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import exc
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import BindParameter
+
+from tpuq.state.pgconnect import pipeline
 
 _NOTHING = object()  # a parameter's own value when a call must give it
 _UNREAD = object()  # result conversions not yet known
@@ -77,7 +79,7 @@ def rows_of_each(s: Session, calls: Sequence[Call]) -> list[list[Any]]:
     at = 0  # the statement an error is told with (a pipeline's: the last one sent)
     try:
         together = len(ready) > 1 and dialect.name == "postgresql"
-        with driver.pipeline() if together else nullcontext():
+        with pipeline(driver) if together else nullcontext():
             for i, ((c, args), cursor) in enumerate(zip(ready, cursors, strict=True)):
                 at = i
                 if heard:  # listeners (statement counts, logging) hear it as from Session.execute
@@ -86,7 +88,7 @@ def rows_of_each(s: Session, calls: Sequence[Call]) -> list[list[Any]]:
         out = []
         for i, ((c, _), cursor) in enumerate(zip(ready, cursors, strict=True)):
             at = i
-            fetched: list[Any] = list(cursor.fetchall()) if c.types else []
+            fetched = cast("list[Any]", cursor.fetchall()) if c.types else []
             if c.results is _UNREAD and c.types:  # psycopg builds a description per call: once
                 found = tuple(t.result_processor(dialect, d[1])
                               for t, d in zip(c.types, cursor.description, strict=True))

@@ -4,6 +4,13 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
+TYPE_CHECKING = False  # typing costs an import; the type checker reads this as True
+if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+    from typing import Any
+
 # A network partition must not freeze the deployment. The server ends a session left
 # idle inside a transaction (its client cut off mid-transaction) so its row locks (the
 # leader row, a job's row) cannot block the other agents for longer than that; no tpuq
@@ -11,7 +18,7 @@ from __future__ import annotations
 # scheduling pass over 100,000 queued jobs plans in well under a second: bench/). On the
 # client side a dead server is noticed by TCP: unacknowledged data for 10 s, or 3 missed
 # keepalives after 5 s of silence, drops the connection, and a connect gives up after 5 s.
-PG_CONNECT_ARGS = {
+PG_CONNECT_ARGS: dict[str, Any] = {
     "connect_timeout": 5,
     "keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3,
     "tcp_user_timeout": 10_000,
@@ -34,3 +41,12 @@ def conninfo(url: str) -> str | None:
         if url.startswith(scheme):
             return "postgresql://" + url[len(scheme):]
     return None
+
+
+def pipeline(conn: Any) -> AbstractContextManager[Any]:
+    """Statements sent inside go together, one round trip, where the libpq psycopg runs
+    on has pipeline mode (libpq 14 or later: psycopg[binary] bundles one); with an older
+    libpq, one after another, the same results."""
+    import psycopg
+
+    return conn.pipeline() if psycopg.Pipeline.is_supported() else nullcontext()

@@ -1,17 +1,19 @@
-"""A team submit from a machine with no agent (a laptop, a login VM), on psycopg alone.
+"""A plain team submit on psycopg alone: from a machine with no agent (a laptop, a login
+VM), and an agent's submit for a caller on its socket.
 
-Loading SQLAlchemy, its ORM and tpuq's models cost about 200 ms before the first
-statement, twice what the rest of such a submit costs. This path writes the same rows
-the handlers do (api/handlers.py `submit`, state/jobs.py `submit`), decided by the same
-admission rules (state/admission_rules.py) on the same facts, in three round trips: who
-the caller is and the schema; admission's facts; the job, its first event and the
-agents' wake-up, sent together with the commit.
+Loading SQLAlchemy, its ORM and tpuq's models cost a submit from a machine with no agent
+about 200 ms before its first statement, twice what the rest of it costs; and through
+SQLAlchemy an agent's submit took eight round trips to the database. This path writes the
+same rows the handlers do (api/handlers.py `submit`, state/jobs.py `submit`), decided by
+the same admission rules (state/admission_rules.py) on the same facts, in two round trips:
+admission's facts; the job, its first event (and, off the hosts, the agents' wake-up)
+with the commit. Off the hosts a first one asks who the caller is and the schema.
 
-It serves the plain case only and declines the rest to the handlers (`None`): an array,
-a function, dependencies, a slice job, a resubmit, notification destinations (their
-rule), an unknown team (its refusal's hint), a log budget overrun (its warning), a schema
-other than the one this code writes, and any error the server answers (the handlers run
-it again and say it in their words: nothing was committed). A connection lost while the
+It serves the plain case only and declines the rest to the handlers (None): an array, a
+function, dependencies, a slice job, a resubmit, notification destinations (their rule),
+an unknown team (its refusal's hint), a log budget overrun (its warning), a schema other
+than the one this code writes, and any error the server answers (the handlers run it
+again and say it in their words: nothing was committed). A connection lost while the
 commit was on its way is the one case that cannot be declined: the job may be queued.
 tests/state/test_pgsubmit.py holds both ways to the same rows, warnings and refusals.
 """
@@ -23,12 +25,13 @@ from tpuq.errors import TpuqError
 from tpuq.protocol import Failure, Refusal, Submitted
 from tpuq.spec import JobSpec, SpecError
 from tpuq.state import admission_rules
-from tpuq.state.pgconnect import PG_CONNECT_ARGS, WAKE_CHANNEL, conninfo
+from tpuq.state.pgconnect import PG_CONNECT_ARGS, WAKE_CHANNEL, conninfo, pipeline
 from tpuq.state.states import HELD, QUEUED
 from tpuq.state.versions import MIN_CODE_KEY, READ_SQL, SCHEMA_HEAD, Schema
 
 TYPE_CHECKING = False  # typing costs an import; the type checker reads this as True
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
     from tpuq.protocol import Reply, Submit
@@ -59,7 +62,8 @@ def serves(req: Submit) -> bool:
 
 
 class Submitter:
-    """One connection, kept for the client's later submits (a sweep's thousand)."""
+    """A machine with no agent: one connection as the user's login role, kept for the
+    client's later submits (a sweep's thousand); who the caller is, the database says."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -74,99 +78,133 @@ class Submitter:
             import psycopg
 
         try:
-            conn = self._connection(psycopg)
+            if self._conn is None or self._conn.closed:
+                self._conn = psycopg.connect(self.conninfo, **PG_CONNECT_ARGS)
         except psycopg.Error:
             return None  # the handlers connect again, and say why they cannot
-        try:
-            return self._submit(conn, req)
-        except SpecError as e:
-            conn.rollback()
-            return Refusal(kind=e.kind, error=str(e))
-        except _Declined:
-            conn.rollback()
-            return None
-        except _Unsure as e:
+        reply, usable = _answered(self._conn, lambda: self._submit(self._conn, req))
+        if not usable:
             self.close()
-            return Refusal(kind=Failure.UNAVAILABLE, error=(
-                f"the database connection was lost while the job was being queued ({e}): "
-                "it may or may not be in the queue (see `tpuq status --mine`)"))
-        except psycopg.Error:
-            self.close()
-            return None  # refused by the server, or lost before the commit: nothing written
+        return reply
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
 
-    def _connection(self, psycopg: Any) -> Any:
-        if self._conn is None or self._conn.closed:
-            self._conn = psycopg.connect(self.conninfo, **PG_CONNECT_ARGS)
-        return self._conn
-
     def _submit(self, conn: Any, req: Submit) -> Reply:
-        import psycopg
-        from psycopg.types.json import Json
-
         cfg = self.settings
-        with conn.pipeline():
+        with pipeline(conn):
             name, privileged, admin, revision, min_code = conn.execute(
                 _WHO, {"k": MIN_CODE_KEY}).fetchone()
             schema = Schema(revision, min_code)
             if schema.revision != SCHEMA_HEAD and not (
                     schema.newer_than(SCHEMA_HEAD) and schema.admits(SCHEMA_HEAD)):
                 raise _Declined  # the handlers say what to upgrade
-            owner = cfg.user_name if privileged else name  # as client.Client._caller
-            admin = bool(privileged or admin)
-            spec = JobSpec.from_dict({**req.spec, "owner": owner})
-            if spec.workers is not None:
-                raise _Declined  # a slice job: its own admission
-            facts, over_budget = self._facts(conn, spec, admin)
-            if over_budget:
-                raise _Declined  # the handlers word the warning
-            warnings = admission_rules.decide(spec, facts, admin=admin, open_team=cfg.team)
-            state = HELD if req.held else QUEUED
-            values = {k: Json(v) if k in JSON_FIELDS else v for k, v in spec.to_dict().items()}
-            values.update(workers=spec.workers, state=state.value, failures=0, preemptions=0, attempt=0)
-            names = list(values)
-            inserted = conn.execute(
-                f"INSERT INTO jobs ({', '.join(names)}, submitted_at, updated_at) VALUES "
-                f"({', '.join(f'%({n})s' for n in names)}, {_NOW}, {_NOW}) RETURNING id", values)
-            # a statement of its own: row security checks that the event's job is the
-            # caller's, which a statement cannot see of a row its own WITH inserted
-            conn.execute("INSERT INTO job_events (job_id, at, from_state, to_state, attempt, "
-                         "reason, actor) VALUES (currval(pg_get_serial_sequence('jobs', 'id')), "
-                         f"{_NOW}, NULL, %(state)s, 0, 'submitted', %(owner)s)", values)
-            conn.execute(f"NOTIFY {WAKE_CHANNEL}")  # heard once the commit lands
-            try:
-                conn.commit()
-                job_id = inserted.fetchone()[0]
-            except psycopg.Error as e:
-                if e.sqlstate:  # the server refused it (row security, a constraint)
-                    raise
-                raise _Unsure(str(e).strip().splitlines()[0] if str(e).strip()
-                              else type(e).__name__) from None
-        return Submitted(id=int(job_id), tasks=[], warnings=warnings)
+            # as client.Client._caller: the agents' role (or a superuser) acts for anyone
+            owner = cfg.user_name if privileged else name
+            return _write(conn, cfg, req, owner, bool(privileged or admin), wake=True)
 
-    def _facts(self, conn: Any, spec: JobSpec, admin: bool
-               ) -> tuple[admission_rules.Facts, bool]:
-        """Admission's facts, and whether the owner's logs are over a budget anywhere:
-        sent together, one round trip."""
-        args = {"team": spec.team, "owner": spec.owner, "tpu_type": spec.tpu_type}
-        team_rows = conn.execute(_TEAM, args)
-        member_rows = conn.execute(_MEMBER, args)
-        host_rows = conn.execute(_SIZES_OF_TYPE if spec.tpu_type else _SIZES, args)
-        budget_rows = conn.execute(_OVER_BUDGET, args)
-        row = team_rows.fetchone()
-        team = None if row is None else admission_rules.TeamCaps(
-            name=row[0], max_chips=row[1], max_chips_per_user=row[2],
-            max_chips_by_type=dict(row[3] or {}))
-        if admission_rules.needs_team_names(spec, team, self.settings.team):
-            raise _Declined  # the handlers' refusal names the teams there are
-        facts = admission_rules.Facts(
-            team=team, member=member_rows.fetchone() is not None,
-            sizes=admission_rules.sizes_of([r[0] for r in host_rows.fetchall()]))
-        return facts, budget_rows.fetchone() is not None
+
+def submit_as(engine: Any, settings: Settings, req: Submit, owner: str, admin: bool
+              ) -> Reply | None:
+    """An agent's submit for a caller its socket vouched for, on a connection of its
+    engine's pool; None: the handlers take it. The agent rings the agents itself."""
+    if not serves(req):
+        return None
+    raw = engine.raw_connection()
+    conn = raw.driver_connection
+
+    def write() -> Reply:
+        with pipeline(conn):
+            return _write(conn, settings, req, owner, admin, wake=False)
+
+    reply, usable = _answered(conn, write)
+    if usable:
+        raw.close()  # back to the pool, outside any transaction
+    else:
+        raw.invalidate()
+    return reply
+
+
+def _answered(conn: Any, submit: Callable[[], Reply]) -> tuple[Reply | None, bool]:
+    """`submit`'s reply (None: declined, nothing written) and whether the connection may
+    be used again."""
+    import psycopg
+
+    try:
+        return submit(), True
+    except SpecError as e:
+        conn.rollback()
+        return Refusal(kind=e.kind, error=str(e)), True
+    except _Declined:
+        conn.rollback()
+        return None, True
+    except _Unsure as e:
+        return Refusal(kind=Failure.UNAVAILABLE, error=(
+            f"the database connection was lost while the job was being queued ({e}): "
+            "it may or may not be in the queue (see `tpuq status --mine`)")), False
+    except psycopg.Error:
+        return None, False  # refused by the server, or lost before the commit: nothing written
+
+
+def _write(conn: Any, cfg: Settings, req: Submit, owner: str, admin: bool, *,
+           wake: bool) -> Reply:
+    """Admit and queue the job for `owner`, in one transaction, in a pipeline: its facts
+    in one round trip, the job, its event (and the wake-up) with the commit in another."""
+    import psycopg
+    from psycopg.types.json import Json
+
+    spec = JobSpec.from_dict({**req.spec, "owner": owner})
+    if spec.workers is not None:
+        raise _Declined  # a slice job: its own admission
+    facts, over_budget = _facts(conn, spec, cfg.team)
+    if over_budget:
+        raise _Declined  # the handlers word the warning
+    warnings = admission_rules.decide(spec, facts, admin=admin, open_team=cfg.team)
+    state = HELD if req.held else QUEUED
+    values = {k: Json(v) if k in JSON_FIELDS else v for k, v in spec.to_dict().items()}
+    values.update(workers=spec.workers, state=state.value, failures=0, preemptions=0, attempt=0)
+    names = list(values)
+    inserted = conn.execute(
+        f"INSERT INTO jobs ({', '.join(names)}, submitted_at, updated_at) VALUES "
+        f"({', '.join(f'%({n})s' for n in names)}, {_NOW}, {_NOW}) RETURNING id", values)
+    # a statement of its own: row security checks that the event's job is the caller's,
+    # which a statement cannot see of a row its own WITH inserted
+    conn.execute("INSERT INTO job_events (job_id, at, from_state, to_state, attempt, "
+                 "reason, actor) VALUES (currval(pg_get_serial_sequence('jobs', 'id')), "
+                 f"{_NOW}, NULL, %(state)s, 0, 'submitted', %(owner)s)", values)
+    if wake:
+        conn.execute(f"NOTIFY {WAKE_CHANNEL}")  # heard once the commit lands
+    try:
+        conn.commit()
+        job_id = inserted.fetchone()[0]
+    except psycopg.Error as e:
+        if e.sqlstate:  # the server refused it (row security, a constraint)
+            raise
+        raise _Unsure(str(e).strip().splitlines()[0] if str(e).strip()
+                      else type(e).__name__) from None
+    return Submitted(id=int(job_id), tasks=[], warnings=warnings)
+
+
+def _facts(conn: Any, spec: JobSpec, open_team: str) -> tuple[admission_rules.Facts, bool]:
+    """Admission's facts, and whether the owner's logs are over a budget anywhere: sent
+    together, one round trip."""
+    args = {"team": spec.team, "owner": spec.owner, "tpu_type": spec.tpu_type}
+    team_rows = conn.execute(_TEAM, args)
+    member_rows = conn.execute(_MEMBER, args)
+    host_rows = conn.execute(_SIZES_OF_TYPE if spec.tpu_type else _SIZES, args)
+    budget_rows = conn.execute(_OVER_BUDGET, args)
+    row = team_rows.fetchone()
+    team = None if row is None else admission_rules.TeamCaps(
+        name=row[0], max_chips=row[1], max_chips_per_user=row[2],
+        max_chips_by_type=dict(row[3] or {}))
+    if admission_rules.needs_team_names(spec, team, open_team):
+        raise _Declined  # the handlers' refusal names the teams there are
+    facts = admission_rules.Facts(
+        team=team, member=member_rows.fetchone() is not None,
+        sizes=admission_rules.sizes_of([r[0] for r in host_rows.fetchall()]))
+    return facts, budget_rows.fetchone() is not None
 
 
 class _Declined(TpuqError):
