@@ -19,24 +19,25 @@ from tpuq.client import Client
 from tpuq.protocol import Refusal, Submit, Submitted
 from tpuq.settings import Settings
 from tpuq.spec import SPEC_FIELDS, JobSpec
-from tpuq.state import logusage, roles, teams
+from tpuq.state import admins, logusage, roles, teams
 from tpuq.state.db import Database
 from tpuq.state.models import Job
 from tpuq.state.pgconnect import WAKE_CHANNEL
-from tpuq.state.pgsubmit import JSON_FIELDS, Submitter, serves
+from tpuq.state.pgsubmit import JSON_FIELDS, Submitter, serves, submit_as
 from tpuq.state.versions import SCHEMA_HEAD
 
 
 @pytest.fixture
 def pg(pg_url: str) -> Iterator[tuple[Database, str, str, str]]:
     """A migrated database with hosts and a capped team; login roles for a member of it
-    (alice) and for someone of no team (carol), dropped after."""
+    (alice), for someone of no team (carol) and for an admin (dora), dropped after."""
     db = Database(pg_url)
     db.upgrade()
-    alice, carol = (f"{n}_{secrets.token_hex(3)}" for n in ("alice", "carol"))
+    alice, carol, dora = (f"{n}_{secrets.token_hex(3)}" for n in ("alice", "carol", "dora"))
     with db.write() as s:
-        for name in (alice, carol):
+        for name in (alice, carol, dora):
             roles.create_login(s, name)
+        admins.add(s, dora)  # an admin by the database's word, of no team
         register_host(s, "h4", tpu_type="v4-8", chips=(0, 1, 2, 3))
         register_host(s, "h8", tpu_type="v5litepod-8", chips=tuple(range(8)))
         teams.set_quota(s, "lab", max_chips=8, max_chips_per_user=2,
@@ -44,10 +45,11 @@ def pg(pg_url: str) -> Iterator[tuple[Database, str, str, str]]:
         teams.add_member(s, "lab", alice)
         teams.set_quota(s, "open", max_chips=1)  # the open team, capped too
     try:
+        db.roles = {"alice": alice, "carol": carol, "dora": dora, None: None}  # type: ignore[attr-defined]
         yield db, pg_url, alice, carol
     finally:
         with db.write() as s:
-            for name in (alice, carol):
+            for name in (alice, carol, dora):
                 roles.drop_login(s, name)
         db.dispose()
 
@@ -114,25 +116,50 @@ CASES = [  # (caller, request): what admission says to each, both ways
     ("alice", _request(chips=1, tpu_type="v9-1")),  # no such type
     ("alice", _request(chips=16, tpu_type="v4-8")),  # more than a host has
     ("carol", _request(chips=1, team="lab")),  # not a member
+    ("dora", _request(chips=2, team="lab", session=True)),  # an admin: any team
     (None, _request(chips=8, team="lab", tpu_type="v5litepod-8")),  # agents' role: admin
     (None, _request(chips=4, team="lab", tpu_type="v4-8")),  # the family's cap holds
 ]
 
 
+def _counts(url: str) -> dict[str, int]:
+    """Rows in every table: what a submit writes anywhere."""
+    with psycopg.connect(url.replace("+psycopg", ""), autocommit=True) as c:
+        tables = [r[0] for r in c.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")]
+        return {t: c.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t in tables}
+
+
+def _written(url: str, submit: Any) -> tuple[Any, dict[str, int]]:
+    """submit()'s reply, and how many rows it added to each table."""
+    before = _counts(url)
+    reply = submit()
+    after = _counts(url)
+    return reply, {t: after[t] - before[t] for t in after if after[t] != before[t]}
+
+
 @pytest.mark.parametrize("who,req", CASES)
 def test_the_same_rows_warnings_and_refusals_as_through_sqlalchemy(pg, tmp_path, monkeypatch,
                                                                    who, req):
-    db, url, alice, carol = pg
-    role = {"alice": alice, "carol": carol, None: None}[who]
-    cfg = _settings(url, role, tmp_path)
+    db, url, *_ = pg
+    cfg = _settings(url, db.roles[who], tmp_path)
     submitter = Submitter(cfg)
-    try:
-        off_hosts = submitter.submit(req)  # a machine with no agent
+    try:  # a machine with no agent
+        off_hosts, off_hosts_wrote = _written(url, lambda: submitter.submit(req))
     finally:
         submitter.close()
     assert off_hosts is not None, "a plain submit is served without SQLAlchemy"
-    as_agent = _by_handlers(cfg, req)  # an agent's (and a client's with its database open)
-    slow = _by_sqlalchemy(cfg, req, monkeypatch)
+    served = []
+    with monkeypatch.context() as m:  # an agent's (and a client's with its database open)
+        def spied(*a: Any, **k: Any) -> Any:
+            served.append(reply := submit_as(*a, **k))
+            return reply
+
+        m.setattr(handlers.pgsubmit, "submit_as", spied)
+        as_agent, as_agent_wrote = _written(url, lambda: _by_handlers(cfg, req))
+    assert served == [as_agent], "the agent's handler served it on psycopg"
+    slow, slow_wrote = _written(url, lambda: _by_sqlalchemy(cfg, req, monkeypatch))
+    assert off_hosts_wrote == as_agent_wrote == slow_wrote
     for fast in (off_hosts, as_agent):
         assert type(fast) is type(slow)
         if isinstance(slow, Refusal):
@@ -142,6 +169,25 @@ def test_the_same_rows_warnings_and_refusals_as_through_sqlalchemy(pg, tmp_path,
         assert fast.warnings == slow.warnings and fast.tasks == slow.tasks == []
         assert fast.id != slow.id
         assert _row(url, fast.id) == _row(url, slow.id)
+
+
+def test_every_field_of_a_request_it_does_not_write_is_declined() -> None:
+    """A field of Submit other than the spec and `held` (one added later too) sends the
+    request to the handlers."""
+    values = {"array": [0, 1], "array_args": [["x"]], "throttle": 2, "after": [1],
+              "after_any": [1], "after_tasks": [[1, 0]], "after_any_tasks": [[1, 0]],
+              "function": "x", "later": "x"}
+    for name, value in values.items():
+        assert not serves(_request().replace(**{name: value}) if name != "later"
+                          else _Later(**_request().as_dict(), later=value)), name
+    assert set(Submit.field_names()) - set(values) == {"spec", "held", "deployment", "as_user"}
+    assert serves(_request(held=True).replace(deployment="d", as_user="u"))
+
+
+class _Later(Submit):
+    """Submit with a field added after this path was written."""
+
+    later: str = ""
 
 
 def test_its_json_columns_are_the_models(pg) -> None:
@@ -181,33 +227,104 @@ def test_what_it_declines_the_handlers_take_once(pg, tmp_path) -> None:
         assert s.scalar(text("SELECT count(*) FROM jobs")) == 1
 
 
-def test_a_schema_other_than_its_own_is_left_to_the_handlers(pg, tmp_path) -> None:
+@pytest.mark.parametrize("revision,min_code,served", [
+    ("0019", None, False),  # older: the handlers say to upgrade
+    ("0099", "0099", False),  # newer, and it does not admit this code
+    ("0099", SCHEMA_HEAD, True),  # newer, and it admits this code: used as usual
+    (None, None, False),  # no revision at all
+])
+def test_a_schema_other_than_its_own_is_left_to_the_handlers_unless_it_admits_this_code(
+        pg, tmp_path, revision, min_code, served) -> None:
     db, url, alice, _ = pg
-    with db.write() as s:
-        s.execute(text("UPDATE alembic_version SET version_num = '0019'"))
+
+    def put(revision: str | None, min_code: str | None) -> None:
+        with db.write() as s:
+            s.execute(text("DELETE FROM alembic_version"))
+            if revision:
+                s.execute(text("INSERT INTO alembic_version VALUES (:v)"), {"v": revision})
+            s.execute(text("DELETE FROM meta WHERE key = 'min_code'"))
+            if min_code:
+                s.execute(text("INSERT INTO meta VALUES ('min_code', :m)"), {"m": min_code})
+
+    with db.read() as s:
+        was = s.scalar(text("SELECT value FROM meta WHERE key = 'min_code'"))
+    put(revision, min_code)
     submitter = Submitter(_settings(url, alice, tmp_path))
     try:
-        assert submitter.submit(_request()) is None
+        reply = submitter.submit(_request(chips=1))
+        assert isinstance(reply, Submitted) if served else reply is None, reply
+        again = submitter.submit(_request(chips=1))  # the same connection, ready again
+        assert isinstance(again, Submitted) if served else again is None, again
     finally:
         submitter.close()
-        with db.write() as s:
-            s.execute(text("UPDATE alembic_version SET version_num = :v"), {"v": SCHEMA_HEAD})
+        put(SCHEMA_HEAD, was)
 
 
-def test_it_wakes_the_agents_once_the_job_is_committed(pg, tmp_path) -> None:
+def test_off_the_hosts_it_wakes_the_agents_once_the_job_is_committed_an_agent_not(
+        pg, tmp_path) -> None:
     db, url, alice, _ = pg
+    cfg = _settings(url, alice, tmp_path)
     with psycopg.connect(url.replace("+psycopg", ""), autocommit=True) as listener:
         listener.execute(f"LISTEN {WAKE_CHANNEL}")
-        submitter = Submitter(_settings(url, alice, tmp_path))
+        listener.execute("LISTEN test_end")
+        role = Database(cfg.database_url)
+        try:  # the agent rings through its broker, after its answer
+            as_agent = submit_as(role.engine, cfg, _request(chips=1), alice, False)
+        finally:
+            role.dispose()
+        submitter = Submitter(cfg)
         try:
             reply = submitter.submit(_request(chips=1))
         finally:
             submitter.close()
-        assert isinstance(reply, Submitted)
-        heard = [n.channel for n in listener.notifies(timeout=10, stop_after=1)]
-    assert heard == [WAKE_CHANNEL]
+        assert isinstance(as_agent, Submitted) and isinstance(reply, Submitted)
+        with psycopg.connect(url.replace("+psycopg", ""), autocommit=True) as other:
+            other.execute("NOTIFY test_end")  # heard after every wake-up committed before it
+        heard = []
+        for n in listener.notifies(timeout=10):
+            heard.append(n.channel)
+            if n.channel == "test_end":
+                break
+    assert heard == [WAKE_CHANNEL, "test_end"]
     with db.read() as s:
         assert s.scalar(text("SELECT state FROM jobs WHERE id = :i"), {"i": reply.id}) == "queued"
+
+
+def test_a_commit_lost_on_its_way_is_said_to_be_unsure_and_not_redone(
+        pg, tmp_path, monkeypatch) -> None:
+    db, url, alice, _ = pg
+    landed = psycopg.Connection.commit
+
+    def lost(conn: Any) -> None:  # the commit lands; its answer never comes back
+        landed(conn)
+        conn.close()
+        raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    client = Client(_settings(url, alice, tmp_path))
+    try:
+        with monkeypatch.context() as m:
+            m.setattr(psycopg.Connection, "commit", lost)
+            reply = client.call(_request(chips=1))
+    finally:
+        client.close()
+    assert isinstance(reply, Refusal) and "may or may not be in the queue" in reply.error
+    assert "server closed the connection unexpectedly" in reply.error
+    assert client._db is None, "not handed to the handlers, which would queue it again"
+    with db.read() as s:
+        assert s.scalar(text("SELECT count(*) FROM jobs")) == 1
+
+
+def test_a_refused_spec_leaves_the_connection_ready_for_the_next(pg, tmp_path) -> None:
+    db, url, alice, _ = pg
+    submitter = Submitter(_settings(url, alice, tmp_path))
+    try:
+        refused = submitter.submit(_request(chips=3, team="lab"))
+        kept = submitter._conn
+        queued = submitter.submit(_request(chips=1))
+        assert isinstance(refused, Refusal) and "no host offers 3 chips" in refused.error
+        assert isinstance(queued, Submitted) and submitter._conn is kept
+    finally:
+        submitter.close()
 
 
 def test_a_connection_the_server_ended_between_submits_is_made_again(pg, tmp_path) -> None:
@@ -223,6 +340,7 @@ def test_a_connection_the_server_ended_between_submits_is_made_again(pg, tmp_pat
         second = client.call(_request(chips=1))
         third = client.call(_request(chips=1))
         assert isinstance(second, Submitted) and isinstance(third, Submitted)
+        assert client._db is None, "made again, without the handlers' SQLAlchemy"
     finally:
         client.close()
     with db.read() as s:

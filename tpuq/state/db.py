@@ -7,7 +7,6 @@ failing halfway with "database is locked". PostgreSQL (team) uses plain transact
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,22 +22,6 @@ from tpuq.state import versions
 from tpuq.state.pgconnect import PG_CONNECT_ARGS
 from tpuq.state.versions import SCHEMA_HEAD as SCHEMA_HEAD  # where callers name it
 from tpuq.state.versions import Schema
-
-
-class _InterruptedQuery(logging.Filter):
-    """Drops psycopg's "error ignored in rollback ...: another command is already in
-    progress": a Ctrl-C that lands while a query runs leaves the connection mid-command,
-    so the rollback on the way out cannot be sent (the server rolls back when the
-    connection closes). The CLI says in its own one line what the interrupt did."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        said = record.getMessage()
-        return not ("error ignored in rollback" in said
-                    and "another command is already in progress" in said)
-
-
-logging.getLogger("psycopg").addFilter(_InterruptedQuery())
-
 
 
 def rows_changed(result: Result[Any]) -> int:

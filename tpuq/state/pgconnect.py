@@ -4,12 +4,33 @@
 
 from __future__ import annotations
 
+import logging
 from contextlib import nullcontext
 
 TYPE_CHECKING = False  # typing costs an import; the type checker reads this as True
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
     from typing import Any
+
+class _SecondaryErrors(logging.Filter):
+    """Drops psycopg's warnings of an error it ignored while cleaning up after the one it
+    raised, which tpuq says in its own one line:
+
+    - "error ignored in rollback ...: another command is already in progress": a Ctrl-C
+      that lands while a query runs leaves the connection mid-command, so the rollback on
+      the way out cannot be sent (the server rolls back when the connection closes);
+    - "error ignored terminating <psycopg.Pipeline ...>": a pipeline whose connection
+      was lost under it (the error raised says so).
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        said = record.getMessage()
+        return not (("error ignored in rollback" in said
+                     and "another command is already in progress" in said)
+                    or said.startswith("error ignored terminating <psycopg.Pipeline"))
+
+
+logging.getLogger("psycopg").addFilter(_SecondaryErrors())
 
 # A network partition must not freeze the deployment. The server ends a session left
 # idle inside a transaction (its client cut off mid-transaction) so its row locks (the

@@ -20,6 +20,8 @@ tests/state/test_pgsubmit.py holds both ways to the same rows, warnings and refu
 
 from __future__ import annotations
 
+from functools import partial
+
 from tpuq import gcpause
 from tpuq.errors import TpuqError
 from tpuq.protocol import Failure, Refusal, Submitted
@@ -53,17 +55,21 @@ _OVER_BUDGET = ("SELECT 1 FROM log_usage u WHERE u.owner = %(owner)s AND u.bytes
                 "AND u.place IN (SELECT name FROM hosts) LIMIT 1")
 
 
+# what this path writes of a request (`deployment` and `as_user` the agent checked); any
+# other field set (an array, dependencies, a function, or one added later) is declined
+_WRITTEN = frozenset({"spec", "held", "deployment", "as_user"})
+
+
 def serves(req: Submit) -> bool:
     """Whether this path may take the request (else the handlers do)."""
-    spec = req.spec
-    return not (req.array or req.function or req.after or req.after_any or req.after_tasks
-                or req.after_any_tasks or spec.get("resubmit_of") is not None
-                or spec.get("notify_to"))
+    if any(getattr(req, name) for name in req.field_names() if name not in _WRITTEN):
+        return False
+    return req.spec.get("resubmit_of") is None and not req.spec.get("notify_to")
 
 
 class Submitter:
     """A machine with no agent: one connection as the user's login role, kept for the
-    client's later submits (a sweep's thousand); who the caller is, the database says."""
+    process's later submits; who the caller is, the database says."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -77,15 +83,19 @@ class Submitter:
         with gcpause.paused():
             import psycopg
 
-        try:
-            if self._conn is None or self._conn.closed:
-                self._conn = psycopg.connect(self.conninfo, **PG_CONNECT_ARGS)
-        except psycopg.Error:
-            return None  # the handlers connect again, and say why they cannot
-        reply, usable = _answered(self._conn, lambda: self._submit(self._conn, req))
-        if not usable:
-            self.close()
-        return reply
+        for kept in (self._conn is not None, False):  # a kept one lost: once more, anew
+            try:
+                if self._conn is None:
+                    self._conn = psycopg.connect(self.conninfo, **PG_CONNECT_ARGS)
+            except psycopg.Error:
+                return None  # the handlers connect again, and say why they cannot
+            conn = self._conn
+            reply, usable = _answered(conn, partial(self._submit, conn, req))
+            if not usable:
+                self.close()
+            if reply is not None or usable or not kept:
+                return reply
+        return None
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
@@ -95,8 +105,10 @@ class Submitter:
     def _submit(self, conn: Any, req: Submit) -> Reply:
         cfg = self.settings
         with pipeline(conn):
-            name, privileged, admin, revision, min_code = conn.execute(
-                _WHO, {"k": MIN_CODE_KEY}).fetchone()
+            who = conn.execute(_WHO, {"k": MIN_CODE_KEY}).fetchone()
+            if who is None:
+                raise _Declined  # no revision: the handlers say to upgrade
+            name, privileged, admin, revision, min_code = who
             schema = Schema(revision, min_code)
             if schema.revision != SCHEMA_HEAD and not (
                     schema.newer_than(SCHEMA_HEAD) and schema.admits(SCHEMA_HEAD)):
@@ -119,33 +131,39 @@ def submit_as(engine: Any, settings: Settings, req: Submit, owner: str, admin: b
         with pipeline(conn):
             return _write(conn, settings, req, owner, admin, wake=False)
 
-    reply, usable = _answered(conn, write)
-    if usable:
-        raw.close()  # back to the pool, outside any transaction
-    else:
-        raw.invalidate()
+    usable = False
+    try:
+        reply, usable = _answered(conn, write)
+    finally:
+        if usable:
+            raw.close()  # back to the pool, outside any transaction
+        else:
+            raw.invalidate()
     return reply
 
 
 def _answered(conn: Any, submit: Callable[[], Reply]) -> tuple[Reply | None, bool]:
     """`submit`'s reply (None: declined, nothing written) and whether the connection may
-    be used again."""
+    be used again (its transaction ended)."""
     import psycopg
 
     try:
         return submit(), True
     except SpecError as e:
-        conn.rollback()
-        return Refusal(kind=e.kind, error=str(e)), True
+        reply: Reply | None = Refusal(kind=e.kind, error=str(e))
     except _Declined:
-        conn.rollback()
-        return None, True
+        reply = None
     except _Unsure as e:
         return Refusal(kind=Failure.UNAVAILABLE, error=(
             f"the database connection was lost while the job was being queued ({e}): "
             "it may or may not be in the queue (see `tpuq status --mine`)")), False
     except psycopg.Error:
-        return None, False  # refused by the server, or lost before the commit: nothing written
+        reply = None  # refused by the server, or lost before the commit: nothing written
+    try:
+        conn.rollback()
+    except psycopg.Error:
+        return reply, False
+    return reply, not conn.broken
 
 
 def _write(conn: Any, cfg: Settings, req: Submit, owner: str, admin: bool, *,
@@ -180,7 +198,7 @@ def _write(conn: Any, cfg: Settings, req: Submit, owner: str, admin: bool, *,
         conn.commit()
         job_id = inserted.fetchone()[0]
     except psycopg.Error as e:
-        if e.sqlstate:  # the server refused it (row security, a constraint)
+        if _refused(conn, e):
             raise
         raise _Unsure(str(e).strip().splitlines()[0] if str(e).strip()
                       else type(e).__name__) from None
@@ -205,6 +223,18 @@ def _facts(conn: Any, spec: JobSpec, open_team: str) -> tuple[admission_rules.Fa
         team=team, member=member_rows.fetchone() is not None,
         sizes=admission_rules.sizes_of([r[0] for r in host_rows.fetchall()]))
     return facts, budget_rows.fetchone() is not None
+
+
+# errors after which a commit on its way may have landed: the connection's end (08), the
+# server ending the session (57: a shutdown while it waited on a replica, an admin's
+# terminate), an internal error (XX)
+_UNSURE_CLASSES = ("08", "57", "XX")
+
+
+def _refused(conn: Any, e: Any) -> bool:
+    """The server refused the transaction (row security, a constraint) on a connection
+    that lives on: nothing was committed."""
+    return bool(e.sqlstate) and not conn.broken and e.sqlstate[:2] not in _UNSURE_CLASSES
 
 
 class _Declined(TpuqError):
