@@ -28,7 +28,7 @@ from tpuq.state.versions import SCHEMA_HEAD
 
 
 @pytest.fixture
-def pg(pg_url: str) -> Iterator[tuple[Database, str, str, str]]:
+def pg(pg_url: str) -> Iterator[tuple[Database, str, dict[str | None, str | None]]]:
     """A migrated database with hosts and a capped team; login roles for a member of it
     (alice), for someone of no team (carol) and for an admin (dora), dropped after."""
     db = Database(pg_url)
@@ -45,8 +45,8 @@ def pg(pg_url: str) -> Iterator[tuple[Database, str, str, str]]:
         teams.add_member(s, "lab", alice)
         teams.set_quota(s, "open", max_chips=1)  # the open team, capped too
     try:
-        db.roles = {"alice": alice, "carol": carol, "dora": dora, None: None}  # type: ignore[attr-defined]
-        yield db, pg_url, alice, carol
+        # by name; None: the agents' own role (here the superuser the URL names)
+        yield db, pg_url, {"alice": alice, "carol": carol, "dora": dora, None: None}
     finally:
         with db.write() as s:
             for name in (alice, carol, dora):
@@ -141,8 +141,8 @@ def _written(url: str, submit: Any) -> tuple[Any, dict[str, int]]:
 @pytest.mark.parametrize("who,req", CASES)
 def test_the_same_rows_warnings_and_refusals_as_through_sqlalchemy(pg, tmp_path, monkeypatch,
                                                                    who, req):
-    db, url, *_ = pg
-    cfg = _settings(url, db.roles[who], tmp_path)
+    db, url, logins = pg
+    cfg = _settings(url, logins[who], tmp_path)
     submitter = Submitter(cfg)
     try:  # a machine with no agent
         off_hosts, off_hosts_wrote = _written(url, lambda: submitter.submit(req))
@@ -197,7 +197,8 @@ def test_its_json_columns_are_the_models(pg) -> None:
 
 
 def test_what_it_declines_the_handlers_take_once(pg, tmp_path) -> None:
-    db, url, alice, _ = pg
+    db, url, logins = pg
+    alice = logins["alice"]
     cfg = _settings(url, alice, tmp_path)
     with db.write() as s:  # alice's logs are over the budget on a host: its warning
         logusage.record(s, "h4", {alice: 10}, budget=5)
@@ -235,7 +236,8 @@ def test_what_it_declines_the_handlers_take_once(pg, tmp_path) -> None:
 ])
 def test_a_schema_other_than_its_own_is_left_to_the_handlers_unless_it_admits_this_code(
         pg, tmp_path, revision, min_code, served) -> None:
-    db, url, alice, _ = pg
+    db, url, logins = pg
+    alice = logins["alice"]
 
     def put(revision: str | None, min_code: str | None) -> None:
         with db.write() as s:
@@ -262,7 +264,8 @@ def test_a_schema_other_than_its_own_is_left_to_the_handlers_unless_it_admits_th
 
 def test_off_the_hosts_it_wakes_the_agents_once_the_job_is_committed_an_agent_not(
         pg, tmp_path) -> None:
-    db, url, alice, _ = pg
+    db, url, logins = pg
+    alice = logins["alice"]
     cfg = _settings(url, alice, tmp_path)
     with psycopg.connect(url.replace("+psycopg", ""), autocommit=True) as listener:
         listener.execute(f"LISTEN {WAKE_CHANNEL}")
@@ -292,7 +295,8 @@ def test_off_the_hosts_it_wakes_the_agents_once_the_job_is_committed_an_agent_no
 
 def test_a_commit_lost_on_its_way_is_said_to_be_unsure_and_not_redone(
         pg, tmp_path, monkeypatch) -> None:
-    db, url, alice, _ = pg
+    db, url, logins = pg
+    alice = logins["alice"]
     landed = psycopg.Connection.commit
 
     def lost(conn: Any) -> None:  # the commit lands; its answer never comes back
@@ -315,7 +319,8 @@ def test_a_commit_lost_on_its_way_is_said_to_be_unsure_and_not_redone(
 
 
 def test_a_refused_spec_leaves_the_connection_ready_for_the_next(pg, tmp_path) -> None:
-    db, url, alice, _ = pg
+    db, url, logins = pg
+    alice = logins["alice"]
     submitter = Submitter(_settings(url, alice, tmp_path))
     try:
         refused = submitter.submit(_request(chips=3, team="lab"))
@@ -328,7 +333,8 @@ def test_a_refused_spec_leaves_the_connection_ready_for_the_next(pg, tmp_path) -
 
 
 def test_a_connection_the_server_ended_between_submits_is_made_again(pg, tmp_path) -> None:
-    db, url, alice, _ = pg
+    db, url, logins = pg
+    alice = logins["alice"]
     client = Client(_settings(url, alice, tmp_path))
     try:
         first = client.call(_request(chips=1))
@@ -349,7 +355,8 @@ def test_a_connection_the_server_ended_between_submits_is_made_again(pg, tmp_pat
 
 
 def test_a_libpq_without_pipeline_mode_writes_the_same_rows(pg, tmp_path, request) -> None:
-    db, url, alice, _ = pg
+    db, url, logins = pg
+    alice = logins["alice"]
     cfg = _settings(url, alice, tmp_path)
     req = _request(chips=1, name="same")
     pipelined = _by_handlers(cfg, req)

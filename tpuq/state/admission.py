@@ -17,7 +17,7 @@ from tpuq.state.admission_rules import (
     needs_team_names,
     sizes_of,
 )
-from tpuq.state.models import Host, Team, TeamMember
+from tpuq.state.models import Host, TeamMember
 
 
 def admit(s: Session, spec: JobSpec, *, admin: bool, open_team: str) -> list[str]:
@@ -27,7 +27,7 @@ def admit(s: Session, spec: JobSpec, *, admin: bool, open_team: str) -> list[str
 
 
 def read_facts(s: Session, spec: JobSpec, *, admin: bool, open_team: str) -> Facts:
-    row = s.get(Team, spec.team)
+    row = teams.get(s, spec.team)
     team = None if row is None else TeamCaps(
         name=row.name, max_chips=row.max_chips, max_chips_per_user=row.max_chips_per_user,
         max_chips_by_type=dict(row.max_chips_by_type or {}))

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from contextlib import AbstractContextManager
     from typing import Any
 
+
 class _SecondaryErrors(logging.Filter):
     """Drops psycopg's warnings of an error it ignored while cleaning up after the one it
     raised, which tpuq says in its own one line:

@@ -83,19 +83,23 @@ class Submitter:
         with gcpause.paused():
             import psycopg
 
-        for kept in (self._conn is not None, False):  # a kept one lost: once more, anew
+        kept = self._conn is not None
+        reply, usable = self._attempt(psycopg, req)
+        if reply is None and not usable and kept:  # the kept connection was lost: anew, once
+            reply, usable = self._attempt(psycopg, req)
+        return reply
+
+    def _attempt(self, psycopg: Any, req: Submit) -> tuple[Reply | None, bool]:
+        """One try on this client's connection (made if there is none): `_answered`'s."""
+        if self._conn is None:
             try:
-                if self._conn is None:
-                    self._conn = psycopg.connect(self.conninfo, **PG_CONNECT_ARGS)
+                self._conn = psycopg.connect(self.conninfo, **PG_CONNECT_ARGS)
             except psycopg.Error:
-                return None  # the handlers connect again, and say why they cannot
-            conn = self._conn
-            reply, usable = _answered(conn, partial(self._submit, conn, req))
-            if not usable:
-                self.close()
-            if reply is not None or usable or not kept:
-                return reply
-        return None
+                return None, False  # the handlers connect again, and say why they cannot
+        reply, usable = _answered(self._conn, partial(self._submit, self._conn, req))
+        if not usable:
+            self.close()
+        return reply, usable
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
