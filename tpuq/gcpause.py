@@ -1,5 +1,5 @@
 """Python's cyclic garbage collector and what a process loads (tpuq/cli/entry.py says
-why it matters to the `tpuq` command).
+why it matters to the `tpuq` command), and a Ctrl-C held while heavy modules load.
 
 Loading modules allocates tens of thousands of objects that live as long as the process
 and leaves next to no garbage. Turning the collector off only defers the work: the
@@ -45,16 +45,42 @@ def loaded() -> None:
 @contextmanager
 def paused() -> Iterator[None]:
     """The collector off while the block loads heavy modules; what it loaded frozen, in
-    the `tpuq` command; then the collector as it was before."""
+    the `tpuq` command; then the collector as it was before. A Ctrl-C meanwhile is held
+    until the block ends (`_interrupts_held`)."""
     was_on = gc.isenabled()
     gc.disable()
+    with _interrupts_held():
+        try:
+            yield
+        finally:
+            if _executable:
+                gc.freeze()
+            if was_on:
+                gc.enable()
+
+
+@contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """A Ctrl-C while modules load is raised once they are whole. A module interrupted
+    halfway stays broken for the process (importing it again fails), so what a command
+    does on Ctrl-C could not load it: `tpuq submit --wait --cancel-on-interrupt`, with
+    no agent, interrupted while its first poll loaded SQLAlchemy, could not cancel the
+    job it waited on. Only where Python's own handler is in place, in the main thread."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    came: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, _frame: came.append(signum))
     try:
         yield
     finally:
-        if _executable:
-            gc.freeze()
-        if was_on:
-            gc.enable()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if came:
+        raise KeyboardInterrupt
 
 
 def serving() -> None:
