@@ -1,10 +1,13 @@
 # The README's commands. `make test` is what CI runs (.ci/run).
 PY ?= .venv/bin/python
+# the checkout on the venv's path as a plain .pth line: setuptools' default editable
+# finder is imported by every Python process of the venv (CONTRIBUTING.md, Benchmarks)
+EDITABLE = --config-settings editable_mode=compat
 
 .PHONY: install test test-fast bench lint demo
 
 install:
-	python3 -m venv .venv && $(PY) -m pip install -q -e '.[dev]'
+	python3 -m venv .venv && $(PY) -m pip install -q -e '.[dev]' $(EDITABLE)
 	$(PY) -m compileall -q tpuq  # an editable install compiles nothing: the CLI would recompile on every run
 
 # three workers on CI's two cores: most tests wait on processes, not on the CPU
