@@ -6,6 +6,7 @@ import pathlib
 
 import pytest
 
+from tpuq import settings
 from tpuq.agent.attempts import identity
 from tpuq.settings import SettingsError, load
 
@@ -32,6 +33,19 @@ def test_embedded_deployment_is_the_sqlite_file_under_home():
     assert deployment() == "sqlite:/srv/tpuq/tpuq.db"
     assert deployment() != load({"TPUQ_HOME": "/srv/other"}).deployment
     assert deployment() != deployment(TPUQ_DATABASE_URL="postgresql://db.lab/tpuq")
+
+
+@pytest.mark.parametrize("home", ["/srv/tpuq", "rel/home", "", "/with space/x ", "/a?b",
+                                  "/a#b", "/tab\there", "/new\nline", "/%41/100%",
+                                  "//net/share", "/a/../b/./c", "~/x", "/ünï/cödé"])
+def test_the_embedded_default_names_the_deployment_as_its_url_does(home, tmp_path,
+                                                                   monkeypatch):
+    """The default database's deployment, worked out without urllib, is what the agent
+    and earlier releases read of its URL."""
+    monkeypatch.chdir(tmp_path)  # a relative home is under the working directory
+    got = settings.Settings(home=home)
+    told = settings.Settings(home=home, database_url=got.db_url)
+    assert got.deployment == told.deployment
 
 
 def test_agent_socket_defaults_under_home_and_can_be_moved():
@@ -68,12 +82,28 @@ def test_only_a_root_agent_may_run_jobs_as_their_owners(monkeypatch):
 
 
 def test_a_config_file_in_a_closed_directory_is_a_clear_error(tmp_path, monkeypatch):
-    def closed(self: pathlib.Path) -> bool:
-        raise PermissionError(13, "Permission denied")
+    # root searches any directory: the kernel's answer to another user is stood in for
+    real_stat = settings.os.stat
 
-    monkeypatch.setattr(pathlib.Path, "is_file", closed)
+    def closed(path, *args, **kwargs):
+        if str(path).endswith("config.toml"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(settings.os, "stat", closed)
     with pytest.raises(SettingsError, match="cannot read config file .*Permission denied"):
         load({"TPUQ_HOME": str(tmp_path)})
+
+
+def test_is_file_answers_as_pathlib_does(tmp_path):
+    regular = tmp_path / "config.toml"
+    regular.write_text("")
+    for path in (regular, tmp_path, tmp_path / "missing", regular / "under-a-file",
+                 tmp_path / "nul\0"):
+        assert settings.is_file(str(path)) == pathlib.Path(path).is_file(), path
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    assert settings.is_file(str(loop)) is False
 
 
 def test_notify_defaults_come_from_the_config_file_a_list_of_urls_included(tmp_path):

@@ -199,12 +199,14 @@ def _shown_values(cfg: Any) -> dict[str, Any]:
     return values
 
 
-def _file_state(path: Any) -> dict[str, str]:
+def _file_state(path: str) -> dict[str, str]:
+    from tpuq.settings import is_file
+
     try:
-        state = "read" if path.is_file() else "absent"
+        state = "read" if is_file(path) else "absent"
     except OSError as e:
         state = f"unreadable: {e.strerror}"
-    return {"path": str(path), "state": state}
+    return {"path": path, "state": state}
 
 
 # settings that are secrets whole: shown as *** when set

@@ -3,11 +3,13 @@ in state/admission_rules.py (what is refused at submit, and what is warned of)."
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from typing import cast
+
+from sqlalchemy import Table, bindparam, select
 from sqlalchemy.orm import Session
 
 from tpuq.spec import JobSpec
-from tpuq.state import teams
+from tpuq.state import direct, teams
 from tpuq.state.admission_rules import (
     Facts,
     TeamCaps,
@@ -17,7 +19,19 @@ from tpuq.state.admission_rules import (
     needs_team_names,
     sizes_of,
 )
-from tpuq.state.models import Host, TeamMember
+from tpuq.state.models import Host, Team, TeamMember
+
+HOSTS = cast(Table, Host.__table__)
+TEAMS = cast(Table, Team.__table__)
+
+# the reads of every submit, built once and compiled once (state/direct.py): through
+# the ORM (an identity-map load, a statement built per call) they took about as long as
+# writing the job
+_TEAM = select(TEAMS.c.name, TEAMS.c.max_chips, TEAMS.c.max_chips_per_user,
+               TEAMS.c.max_chips_by_type).where(TEAMS.c.name == bindparam("team"))
+# a slice's workers take slice jobs only
+_SIZES = select(HOSTS.c.chips).where(HOSTS.c.slice_name.is_(None))
+_SIZES_OF_TYPE = _SIZES.where(HOSTS.c.tpu_type == bindparam("tpu_type"))
 
 
 def admit(s: Session, spec: JobSpec, *, admin: bool, open_team: str) -> list[str]:
@@ -27,7 +41,13 @@ def admit(s: Session, spec: JobSpec, *, admin: bool, open_team: str) -> list[str
 
 
 def read_facts(s: Session, spec: JobSpec, *, admin: bool, open_team: str) -> Facts:
-    row = teams.get(s, spec.team)
+    """The facts of `spec`'s admission; the team and the hosts' sizes read together (one
+    round trip on PostgreSQL), fresh from the database."""
+    calls: list[direct.Call] = [(_TEAM, {"team": spec.team}, None)]
+    if spec.workers is None:
+        calls.append(_sizes_call(spec.tpu_type))
+    found = direct.rows_of_each(s, calls)
+    row = found[0][0] if found[0] else None
     team = None if row is None else TeamCaps(
         name=row.name, max_chips=row.max_chips, max_chips_per_user=row.max_chips_per_user,
         max_chips_by_type=dict(row.max_chips_by_type or {}))
@@ -40,18 +60,17 @@ def read_facts(s: Session, spec: JobSpec, *, admin: bool, open_team: str) -> Fac
         facts.slice_known = s.execute(select(Host.slice_name).where(
             Host.slice_type == spec.tpu_type).limit(1)).first() is not None
     else:
-        facts.sizes = _host_sizes(s, spec.tpu_type)
+        facts.sizes = sizes_of([r.chips for r in found[1]])
     return facts
 
 
 def check_shape(s: Session, spec: JobSpec) -> None:
     """The chip rule alone (a resubmit keeps its team; its shape is checked again)."""
     if spec.workers is None:
-        check_chips(spec, _host_sizes(s, spec.tpu_type))
+        stmt, params, _ = _sizes_call(spec.tpu_type)
+        check_chips(spec, sizes_of([r.chips for r in direct.rows(s, stmt, params)]))
 
 
-def _host_sizes(s: Session, tpu_type: str | None) -> list[int]:
-    q = select(Host.chips).where(Host.slice_name.is_(None))  # slice workers: slice jobs only
-    if tpu_type:
-        q = q.where(Host.tpu_type == tpu_type)
-    return sizes_of(list(s.scalars(q)))
+def _sizes_call(tpu_type: str | None) -> direct.Call:
+    """Every host's chips that a job of `tpu_type` (any type: None) may run on."""
+    return (_SIZES_OF_TYPE, {"tpu_type": tpu_type}, None) if tpu_type else (_SIZES, None, None)

@@ -26,13 +26,14 @@ from sqlalchemy import (
 from sqlalchemy import cast as cast_
 from sqlalchemy import update as update_
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.schema import ScalarElementColumnDefault
 from sqlalchemy.types import UserDefinedType
 
 from tpuq import runfn
 from tpuq.arrays import INDEX, Tasks
 from tpuq.jobjson import iso_time
 from tpuq.spec import SPEC_FIELDS, JobSpec, format_duration
-from tpuq.state import admission, functions, queries
+from tpuq.state import admission, direct, functions, queries
 from tpuq.state.attempts import release_chips
 from tpuq.state.clock import db_now
 from tpuq.state.db import rows_changed
@@ -78,28 +79,40 @@ def submit(s: Session, spec: JobSpec, actor: str | None = None, held: bool = Fal
     admission.check_shape(s, spec)
     state = HELD if held else QUEUED
     values = spec.to_dict()
-    job_id = s.execute(
-        insert(Job)
-        .values(
-            **values,
-            workers=spec.workers,
-            state=state.value,
-            failures=0,
-            preemptions=0,
-            attempt=0,
-            submitted_at=db_now(),
-            updated_at=db_now(),
-        )
-        .returning(Job.id)
-    ).scalar_one()
-    s.execute(
-        insert(JobEvent).values(
-            job_id=job_id, at=db_now(), from_state=None, to_state=state.value, attempt=0,
-            reason=f"resubmitted from job {spec.resubmit_of}" if spec.resubmit_of else "submitted",
-            actor=actor or spec.owner,
-        )
-    )
+    values.update(workers=spec.workers, state=state.value)
+    job_id = direct.first(s, _insert_job(tuple(values)), values)[0]
+    direct.rows(s, _INSERT_EVENT, {
+        "job_id": job_id, "to_state": state.value,
+        "reason": f"resubmitted from job {spec.resubmit_of}" if spec.resubmit_of
+        else "submitted", "actor": actor or spec.owner})
     return int(job_id)
+
+
+# A job's row from its spec: one statement per set of fields given (a spec leaves out the
+# later fields it does not set), built once and compiled once (state/direct.py), not an
+# ORM insert whose values are keyed, compared and compiled on every submit.
+_INSERT_JOB: dict[tuple[str, ...], Any] = {}
+
+
+def _insert_job(names: tuple[str, ...]) -> Any:
+    stmt = _INSERT_JOB.get(names)
+    if stmt is None:
+        # a column's own default, written out: a statement run on the cursor gets none
+        defaults = {c.name: c.default.arg for c in JOBS.c
+                    if isinstance(c.default, ScalarElementColumnDefault)
+                    and c.name not in names}
+        stmt = _INSERT_JOB[names] = insert(JOBS).values(
+            {**defaults, **{n: bindparam(n, type_=JOBS.c[n].type) for n in names},
+             "failures": 0, "preemptions": 0, "attempt": 0, "submitted_at": db_now(),
+             "updated_at": db_now()}).returning(JOBS.c.id)
+    return stmt
+
+
+_INSERT_EVENT = insert(EVENTS).values(
+    job_id=bindparam("job_id", type_=EVENTS.c.job_id.type), at=db_now(), from_state=None,
+    to_state=bindparam("to_state", type_=EVENTS.c.to_state.type), attempt=0,
+    reason=bindparam("reason", type_=EVENTS.c.reason.type),
+    actor=bindparam("actor", type_=EVENTS.c.actor.type))
 
 
 def submit_array(s: Session, tasks: Tasks, throttle: int | None, actor: str | None = None,

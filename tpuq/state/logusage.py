@@ -7,10 +7,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, cast
 
-from sqlalchemy import Table, delete, select
+from sqlalchemy import Table, bindparam, delete, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from tpuq.state import direct
 from tpuq.state.clock import db_now
 from tpuq.state.models import Attempt, GangWorker, Host, Job, LogUsage
 
@@ -37,11 +38,16 @@ def over_budget(s: Session, owner: str | None = None) -> list[Any]:
     """(owner, place, bytes, budget) of every host where an owner's logs (`owner`'s
     only, if given) take more than their budget, by owner and place. A host an admin
     forgot (`tpuq host forget`) has no say any more."""
-    q = select(USAGE.c.owner, USAGE.c.place, USAGE.c.bytes, USAGE.c.budget).where(
-        USAGE.c.bytes > USAGE.c.budget, USAGE.c.place.in_(select(Host.name)))
-    if owner is not None:
-        q = q.where(USAGE.c.owner == owner)
-    return list(s.execute(q.order_by(USAGE.c.owner, USAGE.c.place)))
+    if owner is None:
+        return direct.rows(s, _OVER_BUDGET)
+    return direct.rows(s, _OVER_BUDGET_OF, {"owner": owner})
+
+
+# built once: every submit asks (state/direct.py)
+_OVER = select(USAGE.c.owner, USAGE.c.place, USAGE.c.bytes, USAGE.c.budget).where(
+    USAGE.c.bytes > USAGE.c.budget, USAGE.c.place.in_(select(Host.name)))
+_OVER_BUDGET = _OVER.order_by(USAGE.c.owner, USAGE.c.place)
+_OVER_BUDGET_OF = _OVER.where(USAGE.c.owner == bindparam("owner")).order_by(USAGE.c.place)
 
 
 
