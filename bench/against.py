@@ -3,9 +3,10 @@
 REV is checked out once into a git worktree with a venv of its own, kept for the next
 run: `$XDG_CACHE_HOME/tpuq-bench/<commit>/` (default `~/.cache`), with `tree/` and
 `venv/` (tpuq installed there as `make install` does here: editable, the tree on the
-path as a plain .pth line, so both sides start as a user's `pip install .` does). Then each section of bench/run.py runs as a child
-process once with this tree's venv and once with REV's, the order swapped every section
-(ABBA), so both sides see the same machine at nearly the same moment. Both sides run
+path as a plain .pth line, so both sides start as a user's `pip install .` does). Then
+each section of bench/run.py runs as a child process once with this tree's venv and once
+with REV's, the order swapped every section (ABBA), so both sides see the same machine at
+nearly the same moment. Both sides run
 *this* tree's bench code; only the tpuq under test (CLI, agent, library) differs. The
 children import `bench` and `tests` from a directory of links to them (BENCH_IMPORT_ROOT),
 never from this tree's root, where `import tpuq` would find this tree's package.

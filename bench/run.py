@@ -80,6 +80,8 @@ ROWS = (
         "python -c pass, p50 (paired)", None, max_ratio=2.0),
     Row("submit->start p95", "submit_to_start_p95_ms", "start_floor_p95_ms",
         "python -c pass + fork/exec, p95", None),
+    Row("bare client p50", "client_floor_p50_ms", "client_floor_python_pass_paired_p50_ms",
+        "python -c pass, p50 (paired); the floor: bench/submit.py BARE_CLIENT", None),
     Row("turnover per job", "turnover_ms_per_job", "bare_turnover_ms_per_job",
         "sequential subprocess.run(/bin/true)", 8.0),
     Row("turnover gap p95", "turnover_gap_p95_ms", "turnover_gap_p50_ms",
@@ -102,6 +104,12 @@ ROWS = (
         "python -c pass + raw Celery send->start, p95", None),
     Row("team no-agent wall p50", "team_direct_submit_wall_p50_ms",
         "team_direct_python_pass_paired_p50_ms", "python -c pass, p50 (paired)", 150.0),
+    Row("team bare client p50", "team_client_floor_p50_ms",
+        "team_client_floor_python_pass_paired_p50_ms",
+        "python -c pass, p50 (paired); the floor: BARE_CLIENT", None),
+    Row("team bare psycopg p50", "team_direct_psycopg_floor_p50_ms",
+        "team_direct_psycopg_floor_python_pass_paired_p50_ms",
+        "python -c pass, p50 (paired); the floor: BARE_PSYCOPG", None),
     Row("team no-agent ->start", "team_direct_submit_to_start_p50_ms",
         "team_start_floor_p50_ms", "python -c pass + raw Celery send->start, p50", None),
     Row("team turnover per job", "team_turnover_ms_per_job", "celery_turnover_ms_per_job",
@@ -136,6 +144,7 @@ def sections(sizes: Sizes, keep: bool) -> dict[str, Callable[[], dict[str, float
         with EmbeddedStack(keep=keep) as stack:
             out = submit.wall_time(stack, sizes.submit_runs)
             out.update(submit.submit_to_start(stack, sizes.latency_runs))
+            out.update(submit.client_floor(stack, sizes.submit_runs))
             return out
 
     def queue() -> dict[str, float]:
@@ -162,6 +171,9 @@ def sections(sizes: Sizes, keep: bool) -> dict[str, Callable[[], dict[str, float
                 got = {**submit.submit_to_start(stack, runs, env),
                        **submit.wall_time(stack, runs, env)}
                 out.update({f"{prefix}{k}": v for k, v in got.items()})
+            out.update({f"team_{k}": v for k, v in submit.client_floor(stack, runs).items()})
+            out.update({f"team_direct_{k}": v
+                        for k, v in submit.psycopg_floor(stack, runs).items()})
         return out
 
     def team_queue() -> dict[str, float]:

@@ -17,6 +17,7 @@ shared 2-core VM, other work moves the p95 of both).
 
 from __future__ import annotations
 
+import getpass
 import os
 import shutil
 import subprocess
@@ -51,6 +52,70 @@ def _python_pass_ms() -> float:
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-c", "pass"], check=True)
     return (time.perf_counter() - t0) * 1000.0
+
+
+# What any Python client of the agent costs, tpuq's or not: the interpreter, json and
+# socket loaded, the request (a plain job, this process's environment in it) encoded and
+# sent on the agent's socket, the agent's answer read and decoded. `tpuq submit` above this
+# floor is the CLI's own (its modules, settings, the spec it builds).
+BARE_CLIENT = """\
+import json, os, socket, sys
+request = json.loads(sys.argv[1])
+request["spec"]["env"] = dict(os.environ)
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(sys.argv[2])
+s.sendall(json.dumps(request).encode())
+s.shutdown(socket.SHUT_WR)
+print(json.loads(b"".join(iter(lambda: s.recv(1 << 16), b"")))["id"])
+"""
+
+# What a machine with no agent pays before it can write a job with psycopg: the driver
+# loaded, a connection made and one statement answered.
+BARE_PSYCOPG = """\
+import sys
+import psycopg
+with psycopg.connect(sys.argv[1]) as conn:
+    conn.execute("SELECT 1").fetchall()
+"""
+
+
+def client_floor(stack: EmbeddedStack, runs: int) -> dict[str, float]:
+    """client_floor_* (BARE_CLIENT on the stack's agent socket), paired with its own
+    python -c pass."""
+    from tpuq import protocol
+    from tpuq.spec import JobSpec
+
+    spec = JobSpec(command=["/bin/true"], cwd=stack.home, owner=getpass.getuser(),
+                   team="default").validate().to_dict()
+    request = protocol.encode(protocol.Submit(spec=spec)).decode()
+    return _paired([sys.executable, "-c", BARE_CLIENT, request, stack.socket_path], stack,
+                   runs, "client_floor", job=True)
+
+
+def psycopg_floor(stack: EmbeddedStack, runs: int) -> dict[str, float]:
+    """psycopg_floor_* (BARE_PSYCOPG against the stack's database), paired."""
+    url = stack.db_url.replace("postgresql+psycopg://", "postgresql://", 1)
+    return _paired([sys.executable, "-c", BARE_PSYCOPG, url], stack, runs, "psycopg_floor",
+                   job=False)
+
+
+def _paired(argv: list[str], stack: EmbeddedStack, runs: int, name: str,
+            job: bool) -> dict[str, float]:
+    samples, paired = [], []
+    for i in range(WARMUP + runs):
+        base = _python_pass_ms()
+        t0 = time.perf_counter()
+        done = subprocess.run(argv, env=stack.env, cwd=stack.home, capture_output=True,
+                              text=True, check=False)
+        wall = (time.perf_counter() - t0) * 1000.0
+        if done.returncode != 0:
+            raise BenchError(f"{name} exited {done.returncode}: {done.stderr.strip()[-500:]}")
+        if job:
+            stack.wait_ended([int(done.stdout)], timeout=30)
+        if i >= WARMUP:
+            samples.append(wall)
+            paired.append(base)
+    return {**summary(name, samples), **summary(f"{name}_python_pass_paired", paired)}
 
 
 def wall_time(stack: EmbeddedStack, runs: int,
