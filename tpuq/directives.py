@@ -14,7 +14,6 @@ says where each option came from. Stdlib only: the CLI reads them before any con
 from __future__ import annotations
 
 import os
-import shlex
 
 from tpuq.spec import SpecError
 
@@ -59,6 +58,8 @@ def parse(text: str, where: str = "the script") -> list[tuple[int, list[str]]]:
         if line[:len(PREFIX)] != PREFIX or (len(line) > len(PREFIX)
                                            and not line[len(PREFIX)].isspace()):
             continue  # any other comment (#TPUQX, # TPUQ) is only a comment
+        import shlex
+
         try:
             words = shlex.split(line[len(PREFIX):], comments=True)
         except ValueError as e:

@@ -20,8 +20,6 @@ three times in a 2,000-job run; cyclic garbage still goes, at most 10,000 object
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 _executable = False  # this process is the `tpuq` command (cli/entry.py)
 SERVING_THRESHOLD = 10_000  # young objects between collections in a long-running command
@@ -42,45 +40,50 @@ def loaded() -> None:
     gc.enable()
 
 
-@contextmanager
-def paused() -> Iterator[None]:
+class paused:  # noqa: N801 - a context manager used as a function
     """The collector off while the block loads heavy modules; what it loaded frozen, in
-    the `tpuq` command; then the collector as it was before. A Ctrl-C meanwhile is held
-    until the block ends (`_interrupts_held`)."""
-    was_on = gc.isenabled()
-    gc.disable()
-    with _interrupts_held():
+    the `tpuq` command; then the collector as it was before.
+
+    A Ctrl-C meanwhile is held until the block ends, then raised (unless the block
+    raised something else). A module interrupted halfway stays broken for the process
+    (importing it again fails), so what a command does on Ctrl-C could not load it:
+    `tpuq submit --wait --cancel-on-interrupt`, with no agent, interrupted while its
+    first poll loaded SQLAlchemy, could not cancel the job it waited on. Only where
+    Python's own handler is in place, in the main thread. (A class, not
+    @contextmanager: a plain submit does not load contextlib.)"""
+
+    def __enter__(self) -> None:
+        self.was_on = gc.isenabled()
+        gc.disable()
+        self.came: list[int] | None = _hold_interrupts()
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
         try:
-            yield
-        finally:
             if _executable:
                 gc.freeze()
-            if was_on:
+            if self.was_on:
                 gc.enable()
+        finally:
+            if self.came is not None:
+                import signal
+
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+        if self.came and kind is None:
+            raise KeyboardInterrupt
 
 
-@contextmanager
-def _interrupts_held() -> Iterator[None]:
-    """A Ctrl-C while modules load is raised once they are whole. A module interrupted
-    halfway stays broken for the process (importing it again fails), so what a command
-    does on Ctrl-C could not load it: `tpuq submit --wait --cancel-on-interrupt`, with
-    no agent, interrupted while its first poll loaded SQLAlchemy, could not cancel the
-    job it waited on. Only where Python's own handler is in place, in the main thread."""
+def _hold_interrupts() -> list[int] | None:
+    """Where Python's default SIGINT handler is in place in the main thread, one that
+    notes each Ctrl-C instead: the list it notes them in (None: nothing was changed)."""
     import signal
     import threading
 
     if threading.current_thread() is not threading.main_thread() or \
             signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        yield
-        return
+        return None
     came: list[int] = []
     signal.signal(signal.SIGINT, lambda signum, _frame: came.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    if came:
-        raise KeyboardInterrupt
+    return came
 
 
 def serving() -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import signal
 from collections.abc import Sequence
 
 from tpuq.errors import TpuqError
@@ -397,6 +396,10 @@ def check_runnable(command: Any, cwd: Any, env: Any, stop_signal: Any) -> None:
 def signal_name(value: str) -> str:
     """'TERM', 'sigterm', '15' -> 'SIGTERM'; SpecError for anything else."""
     v = value.strip().upper()
+    if v == "SIGTERM":  # the default, catchable everywhere: no need to load the table
+        return v
+    import signal
+
     if v.isdigit():
         try:
             return signal.Signals(int(v)).name

@@ -5,26 +5,32 @@ which jobs go on and how to cancel them, or (`--cancel-on-interrupt`) cancel the
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 from tpuq.cli import context
 
 TYPE_CHECKING = False  # typing costs an import; the type checker reads this as True
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Sequence
+    from types import TracebackType
     from typing import NoReturn
 
 INTERRUPTED_EXIT = 130  # as a shell reports a command ended by SIGINT
 
 
-@contextmanager
-def interruptible(ids: Sequence[int], *, cancel: bool, array: int | None = None
-                  ) -> Iterator[None]:
-    """Ctrl-C inside the block ends the command as `on_interrupt` says."""
-    try:
-        yield
-    except KeyboardInterrupt:
-        on_interrupt(ids, cancel=cancel, array=array)
+class interruptible:  # noqa: N801 - a context manager used as a function
+    """Ctrl-C inside the block ends the command as `on_interrupt` says. (A class: a
+    plain submit does not load contextlib.)"""
+
+    def __init__(self, ids: Sequence[int], *, cancel: bool, array: int | None = None
+                 ) -> None:
+        self.ids, self.cancel, self.array = ids, cancel, array
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, _value: BaseException | None,
+                 _tb: TracebackType | None) -> None:
+        if kind is not None and issubclass(kind, KeyboardInterrupt):
+            on_interrupt(self.ids, cancel=self.cancel, array=self.array)
 
 
 def on_interrupt(ids: Sequence[int], *, cancel: bool, array: int | None = None) -> NoReturn:

@@ -9,7 +9,6 @@ On a machine without an agent of this deployment, it is written to the database 
 
 from __future__ import annotations
 
-import shlex
 import sys
 
 from tpuq.cli import context
@@ -139,6 +138,8 @@ def _array(spec: str | None, args_file: Any) -> Array | None:
     indices, throttle = arrays.parse(spec) if spec else ([], None)
     if args_file is None:
         return indices, [], throttle
+    import shlex
+
     lines = [shlex.split(line, comments=True) for line in args_file.read().splitlines()]
     args = [words for words in lines if words]
     if not args:
