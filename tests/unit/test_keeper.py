@@ -222,3 +222,15 @@ def test_the_keeper_server_and_its_spares_exit_when_their_agent_is_killed(tmp_pa
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def test_a_spares_rehearsal_leaves_nothing_behind(tmp_path, monkeypatch):
+    """What a spare runs while it waits (the launch path on a sample) opens nothing it
+    keeps and writes nothing: what a job inherits from its keeper stays as it was."""
+    from tpuq.agent.keeper import process
+
+    monkeypatch.chdir(tmp_path)
+    before = sorted(os.listdir("/proc/self/fd"))
+    process._rehearse()
+    assert sorted(os.listdir("/proc/self/fd")) == before
+    assert os.listdir(tmp_path) == []
