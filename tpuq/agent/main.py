@@ -155,8 +155,10 @@ class Agent:
         self.executor.in_slice = self.seat is not None
         # leader lease holder = the host name, not host:pid: a restarted agent resumes its
         # own lease at once, and only one agent holds a host name (hosts.register)
+        # what a pass gives this host starts in the pass's own transaction (one commit)
         self.scheduler = Scheduler(db, settings, self.name, dispatch=self.dispatch,
-                                   on_lead=lambda: self.sched_ticker.wake())
+                                   on_lead=lambda: self.sched_ticker.wake(),
+                                   own=self.executor)
         self.reaper = Reaper(db, settings, self.scheduler.has_lease)
         self.waker: Any = None  # wakes other agents through the broker, team deployment only
         # consumer, wake-up listener, log shipping, broker accounts: team deployment only

@@ -23,6 +23,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from sqlalchemy.orm import Session
 
@@ -39,6 +40,20 @@ ROLE = leader.SCHEDULER
 USAGE_TTL_S = 10.0
 Dispatch = Callable[[str, int, int], None]  # tell host to start (job_id, attempt)
 Notify = Callable[[], None]
+
+
+class OwnStarts(Protocol):
+    """How the leader starts what a pass gives its own host (the agent's executor):
+    `begin_start` in the pass's transaction, the attempt's `assigned -> running` beside
+    its assignment (a token; None leaves the attempt to the usual dispatch), then
+    `finish_start` once that transaction committed (the process spawned), or
+    `abandon_start` when it did not."""
+
+    def begin_start(self, s: Session, job_id: int, attempt: int) -> Any: ...
+
+    def finish_start(self, token: Any) -> object: ...
+
+    def abandon_start(self, token: Any) -> None: ...
 
 
 # queued job id -> (its snapshot row, the jobs it waited for, its view), kept between the
@@ -145,11 +160,13 @@ def plan_snapshot(snap: snapshot.Snapshot, settings: Settings,
 
 class Scheduler:
     def __init__(self, db: Database, settings: Settings, holder: str,
-                 dispatch: Dispatch, on_lead: Notify = lambda: None) -> None:
+                 dispatch: Dispatch, on_lead: Notify = lambda: None,
+                 own: OwnStarts | None = None) -> None:
         self.db = db
         self.settings = settings
         self.holder = holder
         self.dispatch = dispatch
+        self.own = own  # starts on the leader's own host, in the pass's transaction
         self.on_lead = on_lead  # called when this agent becomes the leader
         self.leading = False
         # monotonic time at which the last successful renewal was asked for
@@ -166,9 +183,33 @@ class Scheduler:
     def run_pass(self) -> int:
         """One pass; returns how many jobs were assigned."""
         started: list[tuple[str, int, int]] = []
+        here: list[object] = []  # started on this host in the pass's own transaction
         if not self.has_lease():
             return 0
         began = time.monotonic()
+        own = self.own
+        try:
+            self._plan_and_assign(started, here)
+        except BaseException:
+            if own is not None:
+                for token in here:
+                    own.abandon_start(token)  # the transaction did not commit: nothing started
+            raise
+        took = time.monotonic() - began
+        self.passes = (self.passes[0] + 1, self.passes[1] + took, took)
+        # this host last: its own starts run here, the other hosts' are one message each
+        for host, job_id, n in sorted(started, key=lambda t: t[0] == self.holder):
+            self.dispatch(host, job_id, n)
+        if own is not None:
+            for token in here:
+                own.finish_start(token)
+        return len(started) + len(here)
+
+    def _plan_and_assign(self, started: list[tuple[str, int, int]], here: list[object]
+                         ) -> None:
+        """The pass's transaction: the snapshot, the plan, each assignment; what to tell
+        each host goes into `started`, the starts on this host begun in the transaction
+        (OwnStarts.begin_start: one commit for both, not one each) into `here`."""
         with self.db.write() as s:
             fresh = time.monotonic() - self._usage_at < USAGE_TTL_S
             snap = snapshot.read(s, self.settings.host_stale_s,
@@ -195,14 +236,14 @@ class Scheduler:
                     continue
                 n = attempts.assign(s, a.job_id, row.attempt, a.host, a.chips,
                                     self.settings.lease_s, checkpoint=where)
-                if n is not None:
+                if n is None:
+                    continue
+                token = self.own.begin_start(s, a.job_id, n) \
+                    if self.own is not None and a.host == self.holder else None
+                if token is None:
                     started.append((a.host, a.job_id, n))
-        took = time.monotonic() - began
-        self.passes = (self.passes[0] + 1, self.passes[1] + took, took)
-        # this host last: its own starts run here, the other hosts' are one message each
-        for host, job_id, n in sorted(started, key=lambda t: t[0] == self.holder):
-            self.dispatch(host, job_id, n)
-        return len(started)
+                else:
+                    here.append(token)
 
     def _checkpoints(self, s: Session, snap: snapshot.Snapshot, row: snapshot.QueuedRow,
                      a: policy.Assignment) -> checkpoints.Placement:

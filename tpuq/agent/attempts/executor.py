@@ -14,7 +14,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tpuq import envinputs, jobenv
 from tpuq.agent.attempts import outcome
@@ -35,7 +35,13 @@ from tpuq.state.attempts import Ending
 from tpuq.state.db import Database
 from tpuq.state.states import JobState, Outcome
 
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
 log = logging.getLogger("tpuq.agent")
+# an attempt the leader's pass started here in its transaction (Executor.begin_start):
+# (job, attempt), what the start statement returned, the clock its lease runs from
+StartToken = tuple[tuple[int, int], Any, float]
 
 
 class Executor:
@@ -56,6 +62,9 @@ class Executor:
         self.notice_source: Callable[[], str | None] = lambda: None  # the agent's
         self._lock = threading.Lock()
         self._running: dict[tuple[int, int], Supervisor] = {}
+        # attempts whose start the leader's pass wrote in its transaction, not yet
+        # supervised (begin_start .. finish_start): no other start and no probe meanwhile
+        self._starting: set[tuple[int, int]] = set()
         self.accepting = True
         self.end_hooks: list[Callable[[Supervisor], None]] = []  # e.g. final log shipping
         self.gang_news: Callable[[], None] = lambda: None  # wakes the slice's other agents
@@ -158,15 +167,60 @@ class Executor:
         """
         key = (job_id, attempt)
         with self._lock:
-            if key in self._running or not self.accepting or self.probing:
+            if key in self._running or key in self._starting or not self.accepting \
+                    or self.probing:
                 return None
         lease_from = clock()  # the lease the start statement takes runs from no earlier
         with self.db.single() as s:
-            j = attempts.start(s, job_id, attempt, self.name, boot_id=self.boot_id,
-                               log_path=self.log_path(job_id, attempt),
-                               lease_s=self.settings.lease_s)
+            j = self._start_row(s, job_id, attempt)
         if j is None:
             return None  # stale: cancelled, reassigned, or already running
+        return self._spawn(j, job_id, attempt, lease_from)
+
+    def begin_start(self, s: Session, job_id: int, attempt: int) -> StartToken | None:
+        """The leader's pass assigned the attempt here (scheduler.passes.OwnStarts): its
+        `assigned -> running` in the pass's transaction `s`, one commit for both. The
+        token goes to finish_start once that commits (abandon_start if it does not); None
+        when this host takes no start now (stopping, probing, already at it): the
+        attempt then stays assigned for the doorbell and the poll, as any other host's."""
+        key = (job_id, attempt)
+        with self._lock:
+            if key in self._running or key in self._starting or not self.accepting \
+                    or self.probing:
+                return None
+            self._starting.add(key)
+        lease_from = clock()
+        try:
+            j = self._start_row(s, job_id, attempt)
+        except BaseException:
+            self.abandon_start((key, None, lease_from))
+            raise
+        if j is None:
+            self.abandon_start((key, None, lease_from))
+            return None
+        return key, j, lease_from
+
+    def finish_start(self, token: StartToken) -> Supervisor | None:
+        """Its transaction committed: the attempt runs under a supervisor (or its end is
+        recorded, as start_attempt's)."""
+        (job_id, attempt), j, lease_from = token
+        try:
+            return self._spawn(j, job_id, attempt, lease_from)
+        finally:
+            self.abandon_start(token)  # a supervisor holds the attempt now, or nothing does
+
+    def abandon_start(self, token: StartToken) -> None:
+        """Its transaction did not commit (or the start is over): the reservation goes."""
+        with self._lock:
+            self._starting.discard(token[0])
+
+    def _start_row(self, s: Session, job_id: int, attempt: int) -> Any:
+        return attempts.start(s, job_id, attempt, self.name, boot_id=self.boot_id,
+                              log_path=self.log_path(job_id, attempt),
+                              lease_s=self.settings.lease_s)
+
+    def _spawn(self, j: Any, job_id: int, attempt: int, lease_from: float
+               ) -> Supervisor | None:
         spec = self._runnable(j, job_id, attempt, self.name, chips=tuple(j.chips),
                               lease_until=lease_from + self.settings.lease_s)
         if spec is None or not self._host_ready(spec):
@@ -190,7 +244,7 @@ class Executor:
     def begin_probe(self) -> bool:
         """Hold every start while the shape probes run; False while an attempt runs."""
         with self._lock:
-            if self._running or not self.accepting:
+            if self._running or self._starting or not self.accepting:
                 return False
             self.probing = True
             return True
