@@ -5,7 +5,9 @@ jobs of hosts that stopped renewing their leases, is scheduler/reaper.py.)
 Everything happens in one write transaction under the leader lease: the snapshot, the
 plan and every `queued -> assigned` change with its chip rows. Hosts are told to start
 (`dispatch`) only after the commit, so a host never hears of an assignment that did not
-happen.
+happen. The leader's own host's starts (`OwnStarts`, the agent's executor) are written in
+that transaction too, `assigned -> running` beside the assignment, and the processes
+spawned once it committed: one commit where there were two.
 
 Leadership is a lease row (state/leader.py) of `TPUQ_LEADER_LEASE_S`, short and apart
 from the job leases: every agent asks for it every third of its length (`keep_lease`, its
