@@ -24,9 +24,10 @@ class Own:
     """An executor's three calls as the agent's make them (the real start statement),
     noting what each saw."""
 
-    def __init__(self, db: Any, refuse: set[int] = frozenset(), fail_on: int | None = None
-                 ) -> None:
+    def __init__(self, db: Any, refuse: set[int] = frozenset(), fail_on: int | None = None,
+                 spawn_fails: int | None = None) -> None:
         self.db, self.refuse, self.fail_on = db, refuse, fail_on
+        self.spawn_fails = spawn_fails
         self.begun: list[tuple[int, str]] = []  # (job, its state in the pass's transaction)
         self.finished: list[tuple[int, str]] = []  # (job, its state committed, read apart)
         self.abandoned: list[int] = []
@@ -47,6 +48,8 @@ class Own:
         with self.db.read() as s:  # another transaction: sees only what committed
             state = s.execute(select(Job.state).where(Job.id == token)).scalar_one()
         self.finished.append((token, state))
+        if token == self.spawn_fails:
+            raise OSError("the keeper server is gone")
 
     def abandon_start(self, token: Any) -> None:
         self.abandoned.append(token)
@@ -99,3 +102,13 @@ def test_a_pass_that_does_not_commit_leaves_nothing_started_or_reserved(db) -> N
     with db.read() as s:
         states = dict(s.execute(select(Job.id, Job.state).where(Job.id.in_([first, second]))).all())
     assert states == {first: "queued", second: "queued"}, "the whole pass rolled back"
+
+
+def test_a_start_that_fails_to_spawn_leaves_the_others_started(db) -> None:  # type: ignore[no-untyped-def]
+    """Each committed start is spawned (and so let go) whatever another one raises; the
+    pass then raises the first error, as a failed dispatch did."""
+    first, second = _jobs(db, 2)
+    own, told = Own(db, spawn_fails=first), []
+    with pytest.raises(OSError):
+        _pass(db, own, told).run_pass()
+    assert [j for j, _ in own.finished] == [first, second]

@@ -199,12 +199,13 @@ class Scheduler:
             raise
         took = time.monotonic() - began
         self.passes = (self.passes[0] + 1, self.passes[1] + took, took)
-        # this host last: its own starts run here, the other hosts' are one message each
-        for host, job_id, n in sorted(started, key=lambda t: t[0] == self.holder):
-            self.dispatch(host, job_id, n)
-        if own is not None:
-            for token in here:
-                own.finish_start(token)
+        try:
+            # this host last: its own starts run here, the other hosts' are one message each
+            for host, job_id, n in sorted(started, key=lambda t: t[0] == self.holder):
+                self.dispatch(host, job_id, n)
+        finally:
+            if own is not None:
+                _finish_each(own, here)
         return len(started) + len(here)
 
     def _plan_and_assign(self, started: list[tuple[str, int, int]], here: list[object]
@@ -296,6 +297,20 @@ class Scheduler:
             leader.release(s, ROLE, self.holder)
         log.info("released scheduler leadership")
         return True
+
+
+def _finish_each(own: OwnStarts, here: list[object]) -> None:
+    """Spawn every start the pass committed, whatever one of them raises (each is
+    written `running` and held until its finish_start), then raise the first error."""
+    failed: Exception | None = None
+    for token in here:
+        try:
+            own.finish_start(token)
+        except Exception as e:  # noqa: BLE001 - the others still start; raised below
+            log.exception("starting an attempt the pass gave this host failed")
+            failed = failed or e
+    if failed is not None:
+        raise failed
 
 
 def waiting_reasons(db: Database, settings: Settings) -> Mapping[int, str]:
