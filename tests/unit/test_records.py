@@ -94,11 +94,12 @@ def test_the_submit_path_loads_none_of_what_it_does_without(tmp_path) -> None:
     """A plain submit through the agent (cli/quick.py), up to the moment it asks the
     agent (its settings, the line read, the spec made and checked, the request built),
     leaves these modules unloaded."""
-    probe = (
+    probe = (  # what the interpreter loaded before tpuq (a venv's .pth files) is not tpuq's
         "import sys\n"
+        "before = set(sys.modules)\n"
         "from tpuq.cli import context, quick\n"
         "def ask(request, kind):\n"
-        f"    print(sorted(set({NOT_ON_THE_SUBMIT_PATH!r}) & set(sys.modules)))\n"
+        f"    print(sorted(set({NOT_ON_THE_SUBMIT_PATH!r}) & (set(sys.modules) - before)))\n"
         "    raise SystemExit(0)\n"
         "context.ask = ask\n"
         "quick.submit(['-q', '--', '/bin/true'])\n"
