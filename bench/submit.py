@@ -99,38 +99,37 @@ def psycopg_floor(stack: EmbeddedStack, runs: int) -> dict[str, float]:
                    job=False)
 
 
-def _paired(argv: list[str], stack: EmbeddedStack, runs: int, name: str,
-            job: bool) -> dict[str, float]:
-    samples, paired = [], []
+def _paired(argv: list[str], stack: EmbeddedStack, runs: int, name: str, job: bool,
+            env: dict[str, str] | None = None, paired: str | None = None
+            ) -> dict[str, float]:
+    """`name`_* of `argv`'s wall time (`job`: it prints a job id, waited for before the
+    next sample) and, run just before each, `paired` (default `name`_python_pass_paired)."""
+    samples, bases = [], []
     for i in range(WARMUP + runs):
         base = _python_pass_ms()
-        t0 = time.perf_counter()
-        done = subprocess.run(argv, env=stack.env, cwd=stack.home, capture_output=True,
-                              text=True, check=False)
-        wall = (time.perf_counter() - t0) * 1000.0
-        if done.returncode != 0:
-            raise BenchError(f"{name} exited {done.returncode}: {done.stderr.strip()[-500:]}")
         if job:
-            stack.wait_ended([int(done.stdout)], timeout=30)
+            job_id, wall = _submit(stack, argv, env)
+            stack.wait_ended([job_id], timeout=30)
+        else:
+            t0 = time.perf_counter()
+            done = subprocess.run(argv, env={**stack.env, **(env or {})}, cwd=stack.home,
+                                  capture_output=True, text=True, check=False)
+            wall = (time.perf_counter() - t0) * 1000.0
+            if done.returncode != 0:
+                raise BenchError(f"{name} exited {done.returncode}: "
+                                 f"{done.stderr.strip()[-500:]}")
         if i >= WARMUP:
             samples.append(wall)
-            paired.append(base)
-    return {**summary(name, samples), **summary(f"{name}_python_pass_paired", paired)}
+            bases.append(base)
+    return {**summary(name, samples),
+            **summary(paired or f"{name}_python_pass_paired", bases)}
 
 
 def wall_time(stack: EmbeddedStack, runs: int,
               env: dict[str, str] | None = None) -> dict[str, float]:
     """submit_wall_* and, paired with it, python_pass_paired_*."""
-    argv = stack.submit_argv(["/bin/true"])
-    samples, paired = [], []
-    for i in range(WARMUP + runs):
-        base = _python_pass_ms()
-        job_id, wall = _submit(stack, argv, env)
-        stack.wait_ended([job_id], timeout=30)
-        if i >= WARMUP:
-            samples.append(wall)
-            paired.append(base)
-    return {**summary("submit_wall", samples), **summary("python_pass_paired", paired)}
+    return _paired(stack.submit_argv(["/bin/true"]), stack, runs, "submit_wall", job=True,
+                   env=env, paired="python_pass_paired")
 
 
 def _read_stamp(path: str) -> float | None:

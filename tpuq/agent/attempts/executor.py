@@ -167,8 +167,7 @@ class Executor:
         """
         key = (job_id, attempt)
         with self._lock:
-            if key in self._running or key in self._starting or not self.accepting \
-                    or self.probing:
+            if not self._takes(key):
                 return None
         lease_from = clock()  # the lease the start statement takes runs from no earlier
         with self.db.single() as s:
@@ -185,20 +184,17 @@ class Executor:
         attempt then stays assigned for the doorbell and the poll, as any other host's."""
         key = (job_id, attempt)
         with self._lock:
-            if key in self._running or key in self._starting or not self.accepting \
-                    or self.probing:
+            if not self._takes(key):
                 return None
             self._starting.add(key)
         lease_from = clock()
+        j = None
         try:
             j = self._start_row(s, job_id, attempt)
-        except BaseException:
-            self.abandon_start((key, None, lease_from))
-            raise
-        if j is None:
-            self.abandon_start((key, None, lease_from))
-            return None
-        return key, j, lease_from
+        finally:
+            if j is None:  # stale, or the statement failed: nothing to hold
+                self._release(key)
+        return None if j is None else (key, j, lease_from)
 
     def finish_start(self, token: StartToken) -> Supervisor | None:
         """Its transaction committed: the attempt runs under a supervisor (or its end is
@@ -211,8 +207,17 @@ class Executor:
 
     def abandon_start(self, token: StartToken) -> None:
         """Its transaction did not commit (or the start is over): the reservation goes."""
+        self._release(token[0])
+
+    def _release(self, key: tuple[int, int]) -> None:
         with self._lock:
-            self._starting.discard(token[0])
+            self._starting.discard(key)
+
+    def _takes(self, key: tuple[int, int]) -> bool:
+        """Whether a start of `key` may begin now (the lock held): not at it already, not
+        stopping, no shape probe running."""
+        return key not in self._running and key not in self._starting and self.accepting \
+            and not self.probing
 
     def _start_row(self, s: Session, job_id: int, attempt: int) -> Any:
         return attempts.start(s, job_id, attempt, self.name, boot_id=self.boot_id,
@@ -271,7 +276,7 @@ class Executor:
 
         key = (job_id, attempt)
         with self._lock:
-            if key in self._running or not self.accepting or self.probing:
+            if not self._takes(key):
                 return None
         with self.db.read() as s:
             row = gangs.worker_of(s, job_id, attempt, self.name)
