@@ -152,7 +152,9 @@ EXTRA = (("turnover_agent_cpu_ms_per_job", "turnover: agent CPU/job"),
          ("deep_turnover_agent_cpu_ms_per_job", "deep queue: agent CPU/job"),
          ("team_turnover_agent_cpu_ms_per_job", "team: agent CPU/job"),
          ("python_pass_p50_ms", "python -c pass p50"),
-         ("socket_submit_ms_per_job", "socket submit/job"))
+         ("socket_submit_ms_per_job", "socket submit/job"),
+         ("turnover_file_create_ms", "file create in home"),
+         ("team_turnover_file_create_ms", "team: file create"))
 
 
 def _x(v: float | None) -> str:

@@ -268,6 +268,8 @@ def machine() -> dict[str, object]:
 def _ms(v: float | None) -> str:
     if v is None:
         return "-"
+    if v < 1:
+        return f"{v:.2f} ms"
     return f"{v:.1f} ms" if v < 1000 else f"{v / 1000:.2f} s"
 
 
@@ -332,6 +334,7 @@ def print_table(figures: dict[str, float], table: list[dict[str, object]], sizes
              ("turnover: longest gap", "turnover_gap_max_ms"),
              ("turnover: agent CPU per job", "turnover_agent_cpu_ms_per_job"),
              ("deep queue: agent CPU per job", "deep_turnover_agent_cpu_ms_per_job"),
+             ("turnover: a file created in TPUQ_HOME", "turnover_file_create_ms"),
              ("scheduling pass, best of 5", "policy_plan_best_ms"),
              ("team: submit via the state API, per job",
               "team_state_api_submit_ms_per_job"),
@@ -339,6 +342,7 @@ def print_table(figures: dict[str, float], table: list[dict[str, object]], sizes
              ("team turnover: longest gap", "team_turnover_gap_max_ms"),
              ("team turnover: agent CPU per job", "team_turnover_agent_cpu_ms_per_job"),
              ("team turnover: worst round", "team_turnover_ms_per_job_max"),
+             ("team turnover: a file created in TPUQ_HOME", "team_turnover_file_create_ms"),
              ("preemption: grace period of the job", "preempt_grace_ms")]
     shown = [(label, figures[key]) for label, key in extra if key in figures]
     if shown:

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 
+from bench import baselines
 from bench.embedded import BenchError, EmbeddedStack, wait_for
 from bench.stats import percentile
 
@@ -55,6 +56,7 @@ def turnover(stack: EmbeddedStack, jobs: int,
         stack.wait_ended([blocker, *ids], timeout=max(60.0, jobs * 1.0), interval=0.05)
         cpu_ms = (stack.agent_cpu_s() - cpu0) * 1000.0
 
+    file_create_ms = baselines.file_create_ms(stack.home)  # the agent idle again
     rows = stack.jobs([blocker, *ids])
     bad = {i: st for i, (st, _) in rows.items() if st != "succeeded"}
     if bad:
@@ -76,6 +78,7 @@ def turnover(stack: EmbeddedStack, jobs: int,
         "turnover_gap_max_ms": max(gaps),
         "turnover_agent_cpu_ms_per_job": cpu_ms / jobs,
         "socket_submit_ms_per_job": submit_ms_per_job,
+        "turnover_file_create_ms": file_create_ms,
     }
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import select
 import signal
 import sys
 from collections.abc import Iterator
@@ -77,9 +78,16 @@ def test_a_job_runs_under_its_keeper_and_its_end_is_known_exactly(server, tmp_pa
     assert (ended.code, ended.signal, ended.fenced) == (3, None, False)
     assert ended.signalled is False, "it ended by itself"
     assert (tmp_path / "logs" / "1.log").read_text() == "hello\n"
+    # the report comes first; the exit file (for an agent that was not there to take
+    # the report) is written before the keeper may go, which it does once collected
+    keeper = os.pidfd_open(ended.keeper_pid)
+    try:
+        link.send(Collected())
+        assert select.select([keeper], [], [], 30)[0], "the keeper exits once collected"
+    finally:
+        os.close(keeper)
     written = json.loads((tmp_path / "logs" / "1.log.exit").read_text())
     assert written["code"] == 3 and written["job_id"] == 1
-    link.send(Collected())
 
 
 def test_an_unrenewed_lease_stops_the_job_before_it_can_run_out(server, tmp_path):
@@ -234,3 +242,23 @@ def test_a_spares_rehearsal_leaves_nothing_behind(tmp_path, monkeypatch):
     process._rehearse()
     assert sorted(os.listdir("/proc/self/fd")) == before
     assert os.listdir(tmp_path) == []
+
+
+def test_a_refused_launch_still_has_its_spare_replaced(server, tmp_path):
+    """A spare tells its server it was taken once its launch started or was refused: a
+    refused one too, or the server would count spares it no longer has and a later
+    launch would wait for none."""
+    import socket
+
+    from tpuq.agent.keeper.process import SPARES
+
+    for _ in range(SPARES + 1):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(30)
+            s.connect(server.path)
+            s.sendall(b"not a launch\n")
+            assert b"bad launch request" in s.recv(65536)
+    link, first = server.launch(launch(tmp_path, "pass"))
+    assert isinstance(first, Started)
+    assert until_ended(link).code == 0
+    link.send(Collected())

@@ -469,9 +469,12 @@ class Keeper:
             status, fenced=self.fenced, signalled=self.signalled, dropped=self.dropped,
             keeper_pid=os.getpid(), ended_wall=time.time(), instance=self.launch.instance,
             job_id=self.launch.job_id, attempt=self.launch.attempt)
-        _write_json(self.launch.exit_path, as_dict(self.ended))
         self.locks.release()
         self._send_all(self.ended)
+        # the exit file after the report: it is for an agent that was not there to
+        # take the report (a restarted one reads it), and this keeper lives on until an
+        # agent collected the end, so it is written before anyone can miss it
+        _write_json(self.launch.exit_path, as_dict(self.ended))
 
     def _finish_unattended(self) -> None:
         """The attempt ended and no agent collected it: record the end ourselves, so a job
@@ -547,11 +550,9 @@ def _fork_spare(listener: socket.socket, taken_w: int, alive_r: int, alive_w: in
         conn = _wait_for_launch(listener, alive_r)
         if conn is None:
             os._exit(0)  # the server is gone: nothing to keep
-        os.write(taken_w, b"x")
-        for fd in (taken_w, alive_r):
-            os.close(fd)
+        os.close(alive_r)
         listener.close()
-        _keep(conn)
+        _keep(conn, taken_w)
     except BaseException:  # noqa: BLE001 - a keeper's end is its own
         log.exception("keeper failed")
         code = 1
@@ -586,7 +587,31 @@ def _wait_for_launch(listener: socket.socket, alive_r: int) -> socket.socket | N
         return conn
 
 
-def _keep(conn: socket.socket) -> None:
+def _keep(conn: socket.socket, taken_w: int) -> None:
+    """Keep the launch on `conn`; the server is told on `taken_w` that this spare was
+    taken once the job started (or could not): its replacement is forked then, not
+    on the two cores the launch needs."""
+    try:
+        keeper = _take(conn)
+    finally:
+        os.write(taken_w, b"x")
+        os.close(taken_w)
+    if keeper is None:
+        return
+    path = keeper_socket(keeper.launch.run_dir, keeper.launch.job_id, keeper.launch.attempt)
+    listener = _listen(path)  # after the job: the socket a later agent finds it by
+    try:
+        keeper.run(listener)
+    finally:
+        listener.close()
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+def _take(conn: socket.socket) -> Keeper | None:
+    """The launch read from `conn` and its job started; None when refused."""
     fds: list[int] = []
     try:
         conn.settimeout(10.0)
@@ -597,19 +622,10 @@ def _keep(conn: socket.socket) -> None:
         for fd in fds:
             os.close(fd)
         _reply(conn, Refused(f"bad launch request: {e}"))
-        return
+        return None
     keeper = Keeper(launch, conn, tty=fds[0] if fds else -1)
-    keeper.start()  # the job first; then the socket a later agent finds the keeper by
-    path = keeper_socket(launch.run_dir, launch.job_id, launch.attempt)
-    listener = _listen(path)
-    try:
-        keeper.run(listener)
-    finally:
-        listener.close()
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
+    keeper.start()
+    return keeper
 
 
 def _listen(path: str) -> socket.socket:
