@@ -24,3 +24,30 @@ def test_the_embedded_database_makes_itself_under_any_home(tmp_path: Path, name:
         assert (home / "tpuq.db").exists()
     finally:
         db.dispose()
+
+
+def test_a_write_the_embedded_database_cannot_begin_is_an_outage(tmp_path: Path) -> None:
+    """BEGIN IMMEDIATE goes to SQLite's own connection, not through SQLAlchemy's
+    execution: a lock it cannot get is still raised as SQLAlchemy raises it, so the
+    agent waits out an outage rather than failing the job."""
+    import sqlite3
+
+    from sqlalchemy import exc
+
+    from tpuq.state.outage import is_outage
+
+    db = open_database(Settings(home=str(tmp_path)), auto_upgrade=True)
+    other = sqlite3.connect(tmp_path / "tpuq.db", isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")  # holds the write lock
+        with db.engine.connect() as conn:  # the pool's connection: give up at once
+            conn.connection.driver_connection.execute("PRAGMA busy_timeout=0")
+        with pytest.raises(exc.OperationalError, match="locked") as raised, db.write() as s:
+            s.execute(text("SELECT 1"))
+        assert is_outage(raised.value)
+        other.execute("ROLLBACK")
+        with db.write() as s:  # and the next write begins as ever
+            assert s.execute(text("SELECT 1")).scalar() == 1
+    finally:
+        other.close()
+        db.dispose()

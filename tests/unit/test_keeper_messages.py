@@ -3,6 +3,7 @@ a message of another version is read as that version says, or refused."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -65,6 +66,15 @@ def test_every_message_survives_its_encoding(kind: type) -> None:
     assert json.loads(line)["v"] == VERSION
     assert decode(line) == msg
     assert decode_as(kind, line) == msg
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.__name__)
+def test_the_wire_form_is_every_field_by_name(kind: type) -> None:
+    """What a keeper of another release reads: the kind, the version and each field
+    (a Status's Ended as an object of its own), nothing else."""
+    msg = SAMPLES[kind]
+    head = {"op": msg.OP} if kind in messages.OPS.values() else {"event": msg.EVENT}
+    assert json.loads(encode(msg)) == {**head, "v": VERSION, **dataclasses.asdict(msg)}
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.__name__)
