@@ -323,14 +323,42 @@ def finish_recorded(s: Session, job_id: int, attempt: int, host: str | None, end
                   f"(TPUQ_HOST_ERROR_RETRIES={host_retries}), so not requeued again")
     row = transition_returning(
         s, job_id, JobState(job.state), to, attempt=attempt, host=host, reason=reason,
-        actor=actor, values=values,
-        riders=[_attempt_update(job_id, attempt, "ended", {
-                    "outcome": end.outcome.value, "exit_code": end.exit_code,
-                    "exit_signal": end.exit_signal, "reason": end.reason,
-                    **({} if process is None else
-                       {"pid": process[0], "proc_start": process[1]})}),
-                _release_chips(job_id, attempt)])
+        actor=actor, values=values, riders=_end_riders(job_id, attempt, end, process))
     return None if row is None else (to, end)
+
+
+def finish_unasked_success(s: Session, job_id: int, attempt: int, host: str, end: Ending, *,
+                           process: tuple[int, int | None] | None = None,
+                           progress: Sequence[Any] | None = None) -> bool:
+    """finish_recorded's one statement for the commonest end: a running attempt that
+    succeeded, of a job nobody asked to stop (then nothing but the end itself decides
+    where the job goes), with its last reported `progress` (step, at, total, eta_at).
+    On PostgreSQL one round trip under Database.single(), instead of a transaction that
+    reads the row first. False, with nothing written, when the job is not so: then
+    finish_recorded reads it and decides."""
+    if end.outcome is not Outcome.SUCCEEDED:
+        raise ValueError(f"not a success: {end.outcome.value}")
+    to, values, reason = _next_state(None, end, 0.0)
+    extra = {} if progress is None else dict(zip(
+        ("checkpoint_step", "checkpoint_at", "checkpoint_total", "eta_at"), progress,
+        strict=True))
+    return transition_returning(
+        s, job_id, RUNNING, to, attempt=attempt, host=host, reason=reason, actor=AGENT,
+        values=values, riders=_end_riders(job_id, attempt, end, process, extra),
+        unasked=True) is not None
+
+
+def _end_riders(job_id: int, attempt: int, end: Ending,
+                process: tuple[int, int | None] | None,
+                extra: dict[str, Any] | None = None) -> list[Rider]:
+    """What an attempt's end writes with its job's change: the attempt row's end (and
+    its process, if not yet written; `extra` columns of it) and its chips freed."""
+    return [_attempt_update(job_id, attempt, "ended", {
+                "outcome": end.outcome.value, "exit_code": end.exit_code,
+                "exit_signal": end.exit_signal, "reason": end.reason,
+                **({} if process is None else {"pid": process[0], "proc_start": process[1]}),
+                **(extra or {})}),
+            _release_chips(job_id, attempt)]
 
 
 # A stop someone asked for decides how the attempt counts, whatever the exit code was:
