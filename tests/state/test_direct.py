@@ -207,3 +207,25 @@ def test_a_connection_lost_under_statements_sent_together_is_an_outage(db) -> No
     assert out.value.connection_invalidated and outage.is_outage(out.value)
     with db.read() as s:
         assert direct.first(s, BY_ID, {"tq_job": job}).id == job
+
+
+@pytest.mark.parametrize("db", ["postgresql"], indirect=True)
+def test_a_statement_run_over_and_over_is_prepared_on_the_server(db) -> None:  # type: ignore[no-untyped-def]
+    """After a burst opened several pooled connections, one thread's transactions still
+    go to one of them (the last returned), so a statement run there again and again is
+    prepared once (psycopg, after its fifth run on a connection) instead of parsed and
+    planned every time on each connection in turn."""
+    from sqlalchemy import text
+
+    job = _queue(db)
+    burst = [db.engine.connect() for _ in range(3)]  # three connections in the pool
+    for c in burst:
+        c.execute(text("SELECT 1"))
+    for c in burst:
+        c.close()
+    for _ in range(6):
+        with db.write() as s:
+            direct.first(s, BY_ID, {"tq_job": job})
+    with db.read() as s:
+        prepared = s.execute(text("SELECT statement FROM pg_prepared_statements")).scalars()
+        assert any("FROM jobs" in sql for sql in prepared)

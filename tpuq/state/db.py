@@ -86,7 +86,11 @@ class Database:
             # no pool_pre_ping: it costs a round trip per transaction (several per job). After
             # a server restart the first use of a pooled connection fails, the pool drops
             # them all, and the caller retries (state/outage.py, the agent's tickers).
-            self.engine = create_engine(url, pool_size=10, max_overflow=20,
+            # last in, first out: the few connections in use at a time are the same
+            # ones, whose server sessions already prepared tpuq's statements (psycopg
+            # prepares one after its fifth run on a connection) and compiled the
+            # triggers' functions; round-robin over the pool paid that on each of them
+            self.engine = create_engine(url, pool_size=10, max_overflow=20, pool_use_lifo=True,
                                         connect_args=PG_CONNECT_ARGS)
             self._read_engine = self.engine
 
