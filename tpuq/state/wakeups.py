@@ -17,6 +17,7 @@ from collections.abc import Callable
 from sqlalchemy import text
 
 from tpuq.state.db import Database
+from tpuq.state.outage import is_outage
 from tpuq.state.pgconnect import WAKE_CHANNEL
 
 log = logging.getLogger("tpuq.state")
@@ -47,6 +48,7 @@ class Listener:
         self.db = db
         self.on_wake = on_wake
         self._stop = threading.Event()
+        self._lost = False  # the database went away since it last listened
         self._thread = threading.Thread(target=self._run, name="wake-listener", daemon=True)
 
     def start(self) -> Listener:
@@ -64,7 +66,13 @@ class Listener:
             try:
                 self._listen()
             except Exception as e:  # noqa: BLE001 - listen again; agents poll meanwhile
-                log.debug("listening for wake-ups: %s", e)
+                if _lost_database(e) and not self._lost:
+                    # told once an outage: this thread may be the first to meet it
+                    log.warning("wake-ups: database unavailable (%s); polling until it is "
+                                "back", str(e).splitlines()[0][:200])
+                    self._lost = True
+                else:
+                    log.debug("listening for wake-ups: %s", e)
                 self._stop.wait(RETRY_S)
 
     def _listen(self) -> None:
@@ -74,6 +82,9 @@ class Listener:
             assert conn is not None
             conn.autocommit = True
             conn.execute(f"LISTEN {CHANNEL}")
+            if self._lost:
+                log.info("wake-ups: database back, listening again")
+                self._lost = False
             while not self._stop.is_set():
                 for _ in conn.notifies(timeout=WAIT_S):
                     self.on_wake()
@@ -81,3 +92,11 @@ class Listener:
                         break
         finally:
             raw.invalidate()  # it listens and autocommits: never back into the pool
+
+
+def _lost_database(e: BaseException) -> bool:
+    """An outage as SQLAlchemy raises it (a connection that cannot be made), or as
+    psycopg raises it on the listening connection itself (the server went away)."""
+    import psycopg  # this thread runs on PostgreSQL alone
+
+    return is_outage(e) or isinstance(e, psycopg.OperationalError)

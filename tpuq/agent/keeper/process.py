@@ -588,9 +588,9 @@ def _wait_for_launch(listener: socket.socket, alive_r: int) -> socket.socket | N
 
 
 def _keep(conn: socket.socket, taken_w: int) -> None:
-    """Keep the launch on `conn`; the server is told on `taken_w` that this spare was
-    taken once the job started (or could not): its replacement is forked then, not
-    on the two cores the launch needs."""
+    """Keep the launch on `conn`. The server is told on `taken_w` that this spare was
+    taken once its job started or the launch was refused: the replacement's fork then
+    does not share the host's cores with the launch."""
     try:
         keeper = _take(conn)
     finally:
