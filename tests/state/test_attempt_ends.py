@@ -1,8 +1,8 @@
 """The end of a successful attempt in one statement (outcome.record's first try,
-attempts.finish_unasked_success): it writes exactly what the transaction that reads the
+attempts.finish_running_success): it writes exactly what the transaction that reads the
 job first writes, on PostgreSQL in one round trip; and where something else could
-decide the job's fate (a stop request, an attempt fenced out, a failure) it writes
-nothing and the full path decides."""
+decide the job's fate (a stop request, which moves the job out of running; an attempt
+fenced out; a failure) it writes nothing and the full path decides."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def _written(db: Any, job_id: int) -> dict[str, Any]:
 def test_one_statement_writes_what_the_transaction_writes(db, progress) -> None:  # type: ignore[no-untyped-def]
     fast, full = _running(db, notify="end"), _running(db, notify="end")
     with db.single() as s:
-        assert attempts.finish_unasked_success(s, fast, 1, HOST, DONE, process=(42, 7),
+        assert attempts.finish_running_success(s, fast, 1, HOST, DONE, process=(42, 7),
                                                progress=progress)
     with db.write() as s:
         if progress is not None:
@@ -95,10 +95,10 @@ def test_on_postgresql_it_is_one_statement_and_no_transaction(db) -> None:  # ty
 def test_a_job_asked_to_stop_is_decided_by_the_full_path(db, stop) -> None:  # type: ignore[no-untyped-def]
     job_id = _running(db)
     with db.write() as s:
-        s.execute(Job.__table__.update().where(Job.id == job_id).values(stop_request=stop))
+        assert jobs.request_stop(s, job_id, "u", stop).ok
     before = _written(db, job_id)
     with db.single() as s:
-        assert not attempts.finish_unasked_success(s, job_id, 1, HOST, DONE)
+        assert not attempts.finish_running_success(s, job_id, 1, HOST, DONE)
     assert _written(db, job_id) == before, "nothing written"
     done = outcome.record(db, job_id, 1, HOST, DONE, progress=None, retry_backoff_s=1.0)
     assert done is not None and "finished before its" in done.reason, \
@@ -109,8 +109,8 @@ def test_an_attempt_not_this_hosts_is_not_ended(db) -> None:  # type: ignore[no-
     job_id = _running(db)
     before = _written(db, job_id)
     with db.single() as s:
-        assert not attempts.finish_unasked_success(s, job_id, 1, "elsewhere", DONE)
-        assert not attempts.finish_unasked_success(s, job_id, 2, HOST, DONE)
+        assert not attempts.finish_running_success(s, job_id, 1, "elsewhere", DONE)
+        assert not attempts.finish_running_success(s, job_id, 2, HOST, DONE)
     assert _written(db, job_id) == before
     assert outcome.record(db, job_id, 2, HOST, DONE, progress=None,
                           retry_backoff_s=1.0) is None
@@ -119,4 +119,4 @@ def test_an_attempt_not_this_hosts_is_not_ended(db) -> None:  # type: ignore[no-
 def test_only_a_success_takes_the_short_way(db) -> None:  # type: ignore[no-untyped-def]
     job_id = _running(db)
     with db.single() as s, pytest.raises(ValueError, match="not a success"):
-        attempts.finish_unasked_success(s, job_id, 1, HOST, Ending(Outcome.FAILED, "exit 1", 1))
+        attempts.finish_running_success(s, job_id, 1, HOST, Ending(Outcome.FAILED, "exit 1", 1))

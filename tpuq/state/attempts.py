@@ -327,14 +327,15 @@ def finish_recorded(s: Session, job_id: int, attempt: int, host: str | None, end
     return None if row is None else (to, end)
 
 
-def finish_unasked_success(s: Session, job_id: int, attempt: int, host: str, end: Ending, *,
+def finish_running_success(s: Session, job_id: int, attempt: int, host: str, end: Ending, *,
                            process: tuple[int, int | None] | None = None,
                            progress: Sequence[Any] | None = None) -> bool:
     """finish_recorded's one statement for the commonest end: a running attempt that
-    succeeded, of a job nobody asked to stop (then nothing but the end itself decides
-    where the job goes), with its last reported `progress` (step, at, total, eta_at).
-    On PostgreSQL one round trip under Database.single(), instead of a transaction that
-    reads the row first. False, with nothing written, when the job is not so: then
+    succeeded, with its last reported `progress` (step, at, total, eta_at). A running job
+    has no stop request (every stop moves it to preempting, and only an assignment, which
+    clears it, leads back to running), so nothing but the end decides where it goes: no
+    read of the row first. On PostgreSQL one round trip under Database.single(). False,
+    with nothing written, when the job is not running this attempt here: then
     finish_recorded reads it and decides."""
     if end.outcome is not Outcome.SUCCEEDED:
         raise ValueError(f"not a success: {end.outcome.value}")
@@ -344,8 +345,7 @@ def finish_unasked_success(s: Session, job_id: int, attempt: int, host: str, end
         strict=True))
     return transition_returning(
         s, job_id, RUNNING, to, attempt=attempt, host=host, reason=reason, actor=AGENT,
-        values=values, riders=_end_riders(job_id, attempt, end, process, extra),
-        unasked=True) is not None
+        values=values, riders=_end_riders(job_id, attempt, end, process, extra)) is not None
 
 
 def _end_riders(job_id: int, attempt: int, end: Ending,

@@ -153,11 +153,9 @@ def transition_returning(
     values: Mapping[str, Any] | None = None,
     returning: Sequence[Any] = (),
     riders: Sequence[Rider] = (),
-    unasked: bool = False,
 ) -> Any:
     """The compare-and-set from one state, with `returning` columns of the changed job row
     as a named tuple (`attempt` first; None when refused), its event row and its `riders`.
-    `unasked`: only if nobody asked the job to stop (its stop request is empty).
 
     On PostgreSQL all of it is one statement (data-modifying WITH queries, each rider
     gated on the change having happened): one round trip, atomic even without an explicit
@@ -181,7 +179,7 @@ def transition_returning(
     pg = s.get_bind().dialect.name == "postgresql"
     spec = _Shape(frm, to, attempt is not None, host is not None, reason is not None,
                   tuple((col, _kind(v)) for col, v in values.items()), tuple(returning),
-                  tuple(riders), unasked)
+                  tuple(riders))
     fixed = not any(isinstance(v, ClauseElement) for v in values.values())
     key = (pg, spec.key()) if fixed else None
     if pg:
@@ -291,13 +289,12 @@ class _Shape:
     value_kinds: tuple[tuple[str, str], ...]
     returning: tuple[Any, ...]
     riders: tuple[Rider, ...]
-    unasked: bool = False
 
     def key(self) -> Hashable:
         # columns compare by SQL (== builds an expression): key them by identity
         return (self.frm, self.to, self.by_attempt, self.by_host, self.with_reason,
                 self.value_kinds, tuple(map(id, self.returning)),
-                tuple(r.shape for r in self.riders), self.unasked)
+                tuple(r.shape for r in self.riders))
 
     def update(self, values: Mapping[str, Any]) -> Any:
         guard = [JOBS.c.id == bindparam("tq_job"), JOBS.c.state == self.frm.value]
@@ -305,8 +302,6 @@ class _Shape:
             guard.append(JOBS.c.attempt == bindparam("tq_attempt"))
         if self.by_host:
             guard.append(JOBS.c.host == bindparam("tq_host"))
-        if self.unasked:
-            guard.append(JOBS.c.stop_request.is_(None))
         changes: dict[str, Any] = {"state": self.to.value, "updated_at": db_now()}
         if self.with_reason:
             changes["reason"] = bindparam("tq_reason", type_=Text)

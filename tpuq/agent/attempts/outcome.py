@@ -117,9 +117,9 @@ def record(db: Database, job_id: int, attempt: int, host: str, end: Ending, *,
     as recorded (a stop request decides how the attempt counts), or None when the
     attempt was no longer this host's to end."""
     if end.outcome is Outcome.SUCCEEDED and not checkpoint_seen:
-        # the commonest end, in one statement if nobody asked the job to stop
+        # the commonest end, in one statement while the job runs (no stop asked)
         with db.single() as s:
-            if attempts.finish_unasked_success(s, job_id, attempt, host, end,
+            if attempts.finish_running_success(s, job_id, attempt, host, end,
                                                process=process, progress=progress):
                 return end
     with db.write() as s:

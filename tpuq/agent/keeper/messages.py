@@ -194,23 +194,18 @@ def as_dict(msg: Message) -> dict[str, Any]:
     return {**head, "v": VERSION, **_fields_of(msg)}
 
 
-_NAMES: dict[type, tuple[str, ...]] = {}
+_NAMES: dict[type, tuple[str, ...]] = {}  # each kind's field names, in order
 
 
-def _fields_of(msg: Any) -> dict[str, Any]:
+def _fields_of(msg: Message) -> dict[str, Any]:
     """A message's fields by name, as they are: json.dumps walks the lists and dicts
     itself (dataclasses.asdict copied each of them first, a launch's environment
     included: six times the cost of the encoding). An Ended inside a Status is the
     one message within a message."""
     cls = type(msg)
-    names = _NAMES.get(cls)
-    if names is None:
-        names = _NAMES[cls] = tuple(f.name for f in fields(cls))
-    out = {}
-    for name in names:
-        value = getattr(msg, name)
-        out[name] = _fields_of(value) if isinstance(value, Ended) else value
-    return out
+    names = _NAMES.get(cls) or _NAMES.setdefault(cls, tuple(f.name for f in fields(cls)))
+    return {name: _fields_of(v) if isinstance(v := getattr(msg, name), Ended) else v
+            for name in names}
 
 
 def encode(msg: Message) -> bytes:
