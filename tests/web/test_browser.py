@@ -97,8 +97,10 @@ def shot(page: Any, tmp_path: Path, name: str) -> None:
     page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
 
 
-def chart_drawn(page: Any, canvas: str) -> bool:
-    return bool(page.evaluate(f"() => !!Chart.getChart(document.querySelector('{canvas}'))"))
+def wait_for_chart(page: Any, canvas: str) -> None:
+    """Wait until the chart on `canvas` is drawn; while a page loads, Chart.js may not be yet."""
+    page.wait_for_function(
+        f"() => typeof Chart !== 'undefined' && !!Chart.getChart(document.querySelector({canvas!r}))")
 
 
 def test_a_person_reads_the_queue_follows_a_log_and_is_refused_what_is_not_theirs(
@@ -108,7 +110,7 @@ def test_a_person_reads_the_queue_follows_a_log_and_is_refused_what_is_not_their
     row = page.locator(f"#running tr[data-job='{jobs['running']}']")
     assert "talker" in row.inner_text() and "running" in row.inner_text()
     assert "tpu-a" in row.inner_text()
-    page.wait_for_function("() => !!Chart.getChart(document.querySelector('#free-chart'))")
+    wait_for_chart(page, "#free-chart")
     # the start forecast arrives with a refresh of the queue (it is made in the background)
     queued = f"#waiting tr[data-job='{jobs['waiting']}']"
     page.wait_for_selector(f"{queued} td.reason:has-text('no time limit')", timeout=20000)
@@ -121,9 +123,10 @@ def test_a_person_reads_the_queue_follows_a_log_and_is_refused_what_is_not_their
     shot(page, tmp_path, "chips")
 
     page.goto(f"{d['url']}/timeline")  # the last 7 days
-    page.wait_for_function("() => !!Chart.getChart(document.querySelector('#gantt-chart'))")
-    page.click("text=hour")  # the last hour: this test's attempts are seconds long
-    page.wait_for_function("() => !!Chart.getChart(document.querySelector('#gantt-chart'))")
+    wait_for_chart(page, "#gantt-chart")
+    with page.expect_navigation(url="**/timeline?hours=1"):
+        page.click("text=hour")  # the last hour: this test's attempts are seconds long
+    wait_for_chart(page, "#gantt-chart")
     marks = page.evaluate("() => Chart.getChart(document.querySelector('#gantt-chart'))"
                           ".data.datasets.filter(s => s.type === 'scatter')"
                           ".map(s => [s.label, s.data.length])")
@@ -132,8 +135,7 @@ def test_a_person_reads_the_queue_follows_a_log_and_is_refused_what_is_not_their
 
     page.goto(f"{d['url']}/teams")
     assert page.locator("#teams tr[data-team='default']").count() == 1
-    page.wait_for_function(
-        "() => !!Chart.getChart(document.querySelector(\"canvas.burn-chart[data-team='default']\"))")
+    wait_for_chart(page, "canvas.burn-chart[data-team='default']")
     shot(page, tmp_path, "teams")
 
     page.goto(f"{d['url']}/history?q=broken")
