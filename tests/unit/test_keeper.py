@@ -176,6 +176,19 @@ def test_a_chip_locked_by_someone_else_is_a_host_error(server, tmp_path):
         os.close(fd)
 
 
+def test_a_log_that_cannot_be_opened_ends_the_started_job_as_a_host_error(server, tmp_path):
+    """The log is opened once the job started (its creation is beside the start, not
+    before it): one that cannot be ends the job at once, and says why."""
+    la = launch(tmp_path, "import time; time.sleep(60)")
+    os.makedirs(la.log_path)  # a directory where the log goes: open() fails
+    link, first = server.launch(la)
+    assert isinstance(first, Started)
+    ended = until_ended(link)
+    assert ended.host_error and f"could not open its log {la.log_path}" in (ended.error or "")
+    assert not _alive(first.pid), "killed, not left to sleep its minute"
+    link.send(Collected())
+
+
 def _children(pid: int) -> list[int]:
     """Processes whose parent is `pid` (from /proc/<pid>/stat: field 4 is the ppid)."""
     found = []

@@ -130,6 +130,7 @@ class Keeper:
         self.out = -1  # the job's output pipe
         self.copy = -1  # the --output file, or -1
         self.log = None  # type: Any
+        self.log_error: str | None = None  # the log could not be opened: the job's end says so
         self.written = 0
         self.dropped = 0
         self.tail: deque[bytes] = deque()
@@ -146,10 +147,6 @@ class Keeper:
     # -- start ------------------------------------------------------------------------------
     def start(self) -> None:
         la = self.launch
-        os.makedirs(os.path.dirname(la.log_path), exist_ok=True)
-        self.log = open(la.log_path, "ab")  # noqa: SIM115 - the keeper's for its whole life
-        self.written = self.log.tell()
-        self.copy = self._open_output()
         try:
             self.locks.acquire()
         except ChipBusy as e:
@@ -159,9 +156,6 @@ class Keeper:
         if la.user is not None:
             kw = {"user": la.user, "group": la.group, "extra_groups": la.groups}
         if self.tty >= 0:
-            self.log.write(b"[tpuq: an interactive session: its output went to its "
-                           b"caller's terminal]\n")
-            self.log.flush()
             kw.update(stdin=self.tty, stdout=self.tty, stderr=self.tty,
                       preexec_fn=_take_terminal)
             r = w = -1
@@ -189,6 +183,31 @@ class Keeper:
             self.say_fd = _open_apart(self.tty)
         self._send_all(Started(pid=self.proc.pid, keeper_pid=os.getpid(),
                                start_ticks=proc_start_ticks(self.proc.pid)))
+        self._open_log()
+
+    def _open_log(self) -> None:
+        """The attempt's log (and its --output file), opened once the job started and
+        was reported: creating a file is then beside the job's start, not before it (the
+        job's output waits in its pipe meanwhile). A log that cannot be opened ends the
+        job at once, a host's error (a full disk is not the job's)."""
+        la = self.launch
+        try:
+            os.makedirs(os.path.dirname(la.log_path), exist_ok=True)
+            self.log = open(la.log_path, "ab")  # noqa: SIM115 - the keeper's for its whole life
+        except OSError as e:
+            self.log_error = f"could not open its log {la.log_path}: {e.strerror or e}"
+            assert self.proc is not None
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)  # its end then reports the error
+            except (ProcessLookupError, PermissionError):
+                pass
+            return
+        self.written = self.log.tell()
+        if self.tty >= 0:
+            self.log.write(b"[tpuq: an interactive session: its output went to its "
+                           b"caller's terminal]\n")
+            self.log.flush()
+        self.copy = self._open_output()
 
     # -- the loop -----------------------------------------------------------------------------
     def run(self, listener: socket.socket) -> None:
@@ -407,6 +426,8 @@ class Keeper:
             self.copy = -1
 
     def _write(self, chunk: bytes) -> None:
+        if self.log is None:
+            return  # no log: the job is being killed (_open_log)
         if self.copy >= 0:
             self._copy_to_output(chunk)
         room = self.launch.log_max_bytes - self.written
@@ -451,6 +472,8 @@ class Keeper:
 
     def _end(self, status: Ended) -> None:
         """`status`: how the job ended (or why it never ran); the keeper adds what it knows."""
+        if self.log_error is not None:
+            status = Ended(error=self.log_error, host_error=True)
         if self.dropped:
             kept = b"".join(self.tail)[-TAIL_KEPT:]
             self.log.write(f"\n[tpuq: {self.dropped} bytes of output were dropped; the last "
