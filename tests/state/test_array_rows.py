@@ -73,8 +73,10 @@ def test_task_mistakes_are_refused(indices, args, message):
         checked_tasks(_spec(), indices, args)
 
 
+# and row_version: the database's count of a row's updates (an array's task is given its
+# array's id by one, after the insert)
 _WRITTEN_PER_JOB = {"id", "array_id", "array_index", "array_throttle", "submitted_at",
-                    "updated_at"}
+                    "updated_at", "row_version"}
 
 
 def test_every_column_of_a_task_is_what_submitting_its_own_spec_writes(db):

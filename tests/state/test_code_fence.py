@@ -84,12 +84,14 @@ def test_the_scheduler_gives_no_work_to_a_host_whose_agent_is_older(db):
         s.execute(text("UPDATE hosts SET code_revision = NULL WHERE name = 'old'"))
     with db.read() as s:
         snap = snapshot.read(s, Settings().host_stale_s, 24.0)
+        floor = hosts.min_code(s)
+    # the oldest code admitted: raised by the migrations older code would act wrongly
+    # under, not by each (0021's row versions are the database's own: older code is fine)
+    assert floor is not None and floor <= SCHEMA_HEAD
     why = {h[0]: h[3] for h in snap.hosts}  # (name, type, chips, out of service, ...)
     assert why["new"] is None
     assert why["old"] is not None and why["old"].startswith(
-        f"agent's tpuq is older than the database (schema before {SCHEMA_HEAD}")
-    with db.read() as s:
-        assert hosts.min_code(s) == SCHEMA_HEAD
+        f"agent's tpuq is older than the database (schema before {floor}")
 
 
 def move_database_past_this_code(db: Database, min_code: str) -> None:

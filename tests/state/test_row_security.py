@@ -81,6 +81,19 @@ def test_a_login_role_reads_the_queue_and_changes_only_its_own_jobs(pg):
     assert states == {hers: "held", his: "queued"}
 
 
+def test_a_users_change_moves_the_rows_version_which_is_not_theirs_to_write(pg):
+    """The version trigger runs after the guard (name order), so a change a user may make
+    passes the guard and still moves the version the scheduler rereads rows by."""
+    db, url, alice, _ = pg
+    hers = submit_as(db, alice)
+    with psycopg.connect(dsn(url, alice), autocommit=True) as c:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            c.execute("UPDATE jobs SET row_version = 0 WHERE id = %s", (hers,))
+        assert c.execute("UPDATE jobs SET priority = 5 WHERE id = %s", (hers,)).rowcount == 1
+        assert c.execute("SELECT row_version FROM jobs WHERE id = %s", (hers,)).fetchone() \
+            == (1,), "users read it (every column but the secret ones)"
+
+
 def test_tpuq_from_a_laptop_acts_as_the_database_says(pg, tmp_path):
     """No agent on this machine: the CLI writes the database directly, as alice's role."""
     db, url, alice, bob = pg

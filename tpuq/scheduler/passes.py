@@ -70,7 +70,7 @@ def job_views(snap: snapshot.Snapshot, cache: ViewCache | None = None) -> list[p
     for r in snap.queued:
         unmet = snap.unmet.get(r.id, ())
         hit = cache.get(r.id) if cache is not None else None
-        if hit is not None and hit[0] == r and hit[1] == unmet:
+        if hit is not None and (hit[0] is r or hit[0] == r) and hit[1] == unmet:
             out.append(hit[2])
             continue
         view = policy.JobView(id=r.id, team=r.team, user=r.owner, priority=r.priority,
@@ -181,6 +181,7 @@ class Scheduler:
         self.passes: tuple[int, float, float | None] = (0, 0.0, None)
         self._instance: str | None = None  # the database's id (checkpoint directories)
         self._views: ViewCache = {}
+        self._queue: snapshot.QueueCache = {}
 
     def run_pass(self) -> int:
         """One pass; returns how many jobs were assigned."""
@@ -217,7 +218,7 @@ class Scheduler:
             fresh = time.monotonic() - self._usage_at < USAGE_TTL_S
             snap = snapshot.read(s, self.settings.host_stale_s,
                                  self.settings.fair_share_half_life_h,
-                                 self._usage if fresh else None)
+                                 self._usage if fresh else None, self._queue)
             if snap.doomed:  # cancelled before the plan, which then never sees them
                 doomed = set(deps.cancel_doomed(s, snap.doomed))
                 if doomed:

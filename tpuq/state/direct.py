@@ -56,7 +56,8 @@ def rows(s: Session, stmt: Any, params: Mapping[str, Any] | None = None, *,
          row: type[tuple[Any, ...]] | None = None) -> list[Any]:
     """Every row of `stmt` run with `params`, as named tuples (attributes: the columns'
     keys, as a SQLAlchemy Row has them), or of the `row` type given (a NamedTuple whose
-    fields are the statement's columns, in order)."""
+    fields are the statement's columns, in order; `tuple`: plain tuples, as the driver
+    returns them where no column's values need converting)."""
     return rows_of_each(s, [(stmt, params, row)])[0]
 
 
@@ -122,7 +123,7 @@ def _arguments(c: _Compiled, params: Mapping[str, Any] | None) -> Any:
 def _converted(c: _Compiled, fetched: list[Any]) -> list[Any]:
     procs = c.results
     if procs is None or procs is _UNREAD:  # nothing to convert (or no rows)
-        return list(map(c.row, fetched))
+        return fetched if c.row is tuple else list(map(c.row, fetched))
     return [c.row(tuple(v if p is None or v is None else p(v)
                         for p, v in zip(procs, r, strict=True))) for r in fetched]
 
@@ -149,12 +150,13 @@ def _compiled(stmt: Any, dialect: Any, row: type[tuple[Any, ...]] | None) -> _Co
     binds = tuple((name, *_bind(compiled.binds[name], dialect)) for name in names)
     columns = list(stmt.exported_columns)
     keys = [col.key for col in columns]
-    if row is not None and list(getattr(row, "_fields", ())) != keys:
+    if row is not None and row is not tuple and list(getattr(row, "_fields", ())) != keys:
         raise TypeError(f"direct.rows: {row.__name__} is not the statement's columns {keys}")
     row_type = row or namedtuple("Row", keys, rename=True)
     # tuple.__new__, not _make: _make is Python code, and its length check is the
-    # statement's own (it selects the row's fields)
-    made = _Compiled(str(compiled), positional, binds, partial(tuple.__new__, row_type),
+    # statement's own (it selects the row's fields); plain tuples are the driver's own
+    made = _Compiled(str(compiled), positional, binds,
+                     tuple if row is tuple else partial(tuple.__new__, row_type),
                      tuple(col.type.dialect_impl(dialect) for col in columns))
     _COMPILED[key] = (stmt, made)
     return made

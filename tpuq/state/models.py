@@ -91,6 +91,9 @@ class Job(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer)
     exit_signal: Mapped[int | None] = mapped_column(Integer)
     reason: Mapped[str | None] = mapped_column(Text)
+    # how many times the row was updated: kept by the database (a trigger, migration
+    # 0021), never written by tpuq; the scheduler rereads a queued row only when it moved
+    row_version: Mapped[int] = mapped_column(BigInteger, server_default="0")
 
 
 class Attempt(Base):

@@ -86,6 +86,11 @@ class QueuedRow(NamedTuple):
 
 
 QUEUED_COLUMNS = tuple(JOBS.c[n] for n in QueuedRow._fields)
+
+# queued job id -> (its row's version, its row) as a scheduler last read them: read()
+# rereads only the rows whose version moved (jobs.row_version, kept by a trigger)
+QueueCache = dict[int, tuple[int, QueuedRow]]
+REREAD_MAX = 500  # more moved rows than this (or than half the queue): all are read again
 HOST_COLUMNS = tuple(cast(Table, Host.__table__).c[n] for n in (
     "name", "tpu_type", "chips", "heartbeat_at", "draining", "busy_reason", "stopped_at",
     "slice_name", "slice_worker", "slice_type", "unavailable", "lost_reason",
@@ -93,21 +98,25 @@ HOST_COLUMNS = tuple(cast(Table, Host.__table__).c[n] for n in (
 
 
 def read(s: Session, host_stale_s: float, half_life_h: float,
-         usage: dict[str, usage_mod.Usage] | None = None) -> Snapshot:
+         usage: dict[str, usage_mod.Usage] | None = None,
+         queue: QueueCache | None = None) -> Snapshot:
     """One consistent view for a pass. `usage`: chip-hours computed by a recent pass,
     reused because they move slowly and cost a scan of recent attempts; chips in use
-    (the hard quota) are always read fresh."""
+    (the hard quota) are always read fresh. `queue`: the queued rows a pass of the same
+    scheduler read (kept up to date here): then each queued job's id and version are
+    read, and its whole row only when it is new or moved (_queued_rows)."""
     # the database clock and each host's booked chips come with the host rows: one round
     # trip instead of three; and the four reads every pass makes go together (on
     # PostgreSQL, one round trip: direct.rows_of_each). The open dependency links come
     # after the queued jobs (see deps.OPEN_LINKS), even with none queued: a held job can
     # be doomed too.
     host_rows, queued, open_links, teams = direct.rows_of_each(s, [
-        (_host_select(s.get_bind().dialect.name), None, None), (_QUEUED, None, QueuedRow),
+        (_host_select(s.get_bind().dialect.name), None, None),
+        (_QUEUED, None, QueuedRow) if queue is None else (_QUEUED_VERSIONS, None, tuple),
         (deps.OPEN_LINKS, None, None), (_TEAMS, None, None)])
     now = float(host_rows[0].now if host_rows else s.execute(select(db_now())).scalar_one())
     snap = Snapshot(now=now)
-    snap.queued = queued
+    snap.queued = queued if queue is None else _queued_rows(s, queued, queue)
     links = deps.read_open(s, open_links)
     snap.unmet, snap.unmet_tasks, snap.doomed = links.unmet, links.tasks, links.doomed
     for h in host_rows:
@@ -141,6 +150,43 @@ def read(s: Session, host_stale_s: float, half_life_h: float,
     periods = {name: t.budget_period for name, t in snap.teams.items()}
     snap.usage = usage if usage is not None else usage_mod.usage(s, now, half_life_h, periods)
     return snap
+
+
+def _queued_rows(s: Session, versions: list[Any], cache: QueueCache) -> list[QueuedRow]:
+    """The queued rows, in the order of `versions` (each queued job's id and row
+    version): the cached row of each job whose version is the cached one, the others
+    read again (every row, when many moved). A row that left the queue between the two
+    reads is left out; the cache keeps only the rows returned."""
+    out, stale, get = [], [], cache.get
+    for i, v in versions:  # one loop: at 2,000 queued, each pass over them counts
+        hit = get(i)
+        if hit is not None and hit[0] == v:
+            out.append(hit[1])
+        else:
+            stale.append(i)
+    if not stale:
+        if len(cache) > len(out):  # jobs that left the queue
+            _keep_only(cache, out)
+        return out
+    if len(stale) > min(REREAD_MAX, len(versions) // 2):
+        cache.clear()
+        for r in direct.rows(s, _QUEUED_VERSIONED):
+            cache[r[0]] = (r[-1], QueuedRow._make(r[:-1]))
+        return [row for _, row in cache.values()]
+    for i in stale:
+        cache.pop(i, None)
+    for r in s.execute(select(*QUEUED_COLUMNS, JOBS.c.row_version).where(
+            JOBS.c.id.in_(stale), JOBS.c.state == JobState.QUEUED.value)):
+        cache[r[0]] = (r[-1], QueuedRow._make(r[:-1]))
+    out = [hit[1] for i, _ in versions if (hit := get(i)) is not None]
+    if len(cache) > len(out):
+        _keep_only(cache, out)
+    return out
+
+
+def _keep_only(cache: QueueCache, rows: list[QueuedRow]) -> None:
+    for gone in cache.keys() - {r.id for r in rows}:
+        del cache[gone]
 
 
 def _left_home(s: Session) -> dict[int, float]:
@@ -186,6 +232,10 @@ def _booked_chips(dialect: str) -> Any:
 # a small database: a pass runs after every finished job)
 _HOST_SELECTS: dict[str, Any] = {}
 _QUEUED = select(*QUEUED_COLUMNS).where(JOBS.c.state == JobState.QUEUED.value)
+_QUEUED_VERSIONS = select(JOBS.c.id, JOBS.c.row_version).where(
+    JOBS.c.state == JobState.QUEUED.value)
+_QUEUED_VERSIONED = select(*QUEUED_COLUMNS, JOBS.c.row_version).where(
+    JOBS.c.state == JobState.QUEUED.value)
 _LIMITED_CHIPS = _limited_chips()
 _TEAMS = select(TEAMS)
 
