@@ -83,9 +83,8 @@ def job_views(snap: snapshot.Snapshot, cache: ViewCache | None = None) -> list[p
         if cache is not None:
             cache[r.id] = (r, unmet, view)
         out.append(view)
-    if cache is not None and len(cache) > len(out):
-        for gone in cache.keys() - {v.id for v in out}:
-            del cache[gone]
+    if cache is not None:
+        snapshot.prune(cache, out)
     return out
 
 

@@ -165,8 +165,7 @@ def _queued_rows(s: Session, versions: list[Any], cache: QueueCache) -> list[Que
         else:
             stale.append(i)
     if not stale:
-        if len(cache) > len(out):  # jobs that left the queue
-            _keep_only(cache, out)
+        prune(cache, out)
         return out
     if len(stale) > min(REREAD_MAX, len(versions) // 2):
         cache.clear()
@@ -179,14 +178,17 @@ def _queued_rows(s: Session, versions: list[Any], cache: QueueCache) -> list[Que
             JOBS.c.id.in_(stale), JOBS.c.state == JobState.QUEUED.value)):
         cache[r[0]] = (r[-1], QueuedRow._make(r[:-1]))
     out = [hit[1] for i, _ in versions if (hit := get(i)) is not None]
-    if len(cache) > len(out):
-        _keep_only(cache, out)
+    prune(cache, out)
     return out
 
 
-def _keep_only(cache: QueueCache, rows: list[QueuedRow]) -> None:
-    for gone in cache.keys() - {r.id for r in rows}:
-        del cache[gone]
+def prune(cache: dict[int, Any], rows: list[Any]) -> None:
+    """Forget the jobs that left the queue, once they are as many as the queue (and a
+    few): a pass finds the ones still queued by id, so the others only take room, and
+    dropping them one pass at a time cost a scan of the whole queue on every pass."""
+    if len(cache) > 2 * len(rows) + 64:
+        for gone in cache.keys() - {r.id for r in rows}:
+            del cache[gone]
 
 
 def _left_home(s: Session) -> dict[int, float]:
