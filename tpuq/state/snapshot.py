@@ -156,7 +156,7 @@ def _queued_rows(s: Session, versions: list[Any], cache: QueueCache) -> list[Que
     """The queued rows, in the order of `versions` (each queued job's id and row
     version): the cached row of each job whose version is the cached one, the others
     read again (every row, when many moved). A row that left the queue between the two
-    reads is left out; the cache keeps only the rows returned."""
+    reads is left out; the jobs no longer queued are forgotten in time (prune)."""
     out, stale, get = [], [], cache.get
     for i, v in versions:  # one loop: at 2,000 queued, each pass over them counts
         hit = get(i)
