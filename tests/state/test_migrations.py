@@ -49,3 +49,24 @@ def test_agent_refuses_database_not_at_head_and_names_the_command(pg_url, tmp_pa
 def test_embedded_default_creates_its_database_on_first_use(stack):
     stack.tpuq("status")
     assert Database(f"sqlite:///{stack.home}/tpuq.db").schema_version() == SCHEMA_HEAD
+
+
+def test_the_queue_tables_are_analyzed_after_a_thousand_changes_whatever_their_size(pg_url):
+    """PostgreSQL plans a pass's reads from its statistics; by default it refreshes them
+    after a tenth of a table changed, so a long history with a sudden deep queue kept
+    statistics that said few jobs were queued (and a plan that probed the dependency
+    links from each queued job)."""
+    from sqlalchemy import text
+
+    d = Database(pg_url)
+    d.upgrade()
+    try:
+        with d.read() as s:
+            options = dict(s.execute(text(
+                "SELECT relname, reloptions FROM pg_class WHERE relname IN ('jobs', 'job_deps') "
+                "AND relnamespace = current_schema()::regnamespace")).all())
+    finally:
+        d.dispose()
+    for table in ("jobs", "job_deps"):
+        assert set(options[table] or ()) >= {"autovacuum_analyze_scale_factor=0",
+                                             "autovacuum_analyze_threshold=1000"}, table
