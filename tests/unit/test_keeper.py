@@ -124,7 +124,8 @@ def test_a_stop_signals_the_group_then_kills_it_after_the_grace(server, tmp_path
             "time.sleep(60)\n")
     link, _ = server.launch(launch(tmp_path, code))
     log = tmp_path / "logs" / "1.log"
-    wait_for(lambda: "ready" in log.read_text(), 30, "the job to be ready")
+    # the keeper opens the log once it has reported the start: it may not be there yet
+    wait_for(lambda: log.exists() and "ready" in log.read_text(), 30, "the job to be ready")
     started = clock()
     link.send(Stop(signal="SIGTERM", grace=1.0))
     ended = until_ended(link)
