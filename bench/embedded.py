@@ -157,7 +157,7 @@ class EmbeddedStack:
 
     def kill_keepers(self) -> None:
         """SIGKILL the attempt keepers our agent started (they outlive it: found by their
-        command line, `python -m tpuq.agent.keeper.process <home>/run/...`), as a host's crash
+        command line, `python -m tpuq.agent.keeper.pool <home>/run/...`), as a host's crash
         would take them with it."""
         mark = f"{self.home}/run/".encode()
         for name in os.listdir("/proc"):
@@ -167,7 +167,7 @@ class EmbeddedStack:
                 cmdline = open(f"/proc/{name}/cmdline", "rb").read()
             except OSError:
                 continue
-            if b"tpuq.agent.keeper.process" in cmdline and mark in cmdline:
+            if b"tpuq.agent.keeper." in cmdline and mark in cmdline:
                 try:
                     os.kill(int(name), signal.SIGKILL)
                 except ProcessLookupError:

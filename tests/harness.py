@@ -114,9 +114,9 @@ class Stack:
 
     def keepers(self, host: FakeHost | None = None) -> list[int]:
         """Pids of the attempt keepers this test's agents started (they outlive agents;
-        only `host`'s, if given): forked from `python -m tpuq.agent.keeper.process
-        <home>/run/<host>` (`tpuq.agent.keeper` in earlier releases, whose agents the
-        upgrade tests start), they carry its command line."""
+        only `host`'s, if given): forked from `python -m tpuq.agent.keeper.pool
+        <home>/run/<host>` (`tpuq.agent.keeper.process` or `tpuq.agent.keeper` in earlier
+        releases, whose agents the upgrade tests start), they carry its command line."""
         # an agent may have been given a state directory of its own (TPUQ_HOME)
         homes = {str(self.home), *(a.env["TPUQ_HOME"] for a in self.agents
                                    if "TPUQ_HOME" in a.env)}
@@ -135,10 +135,10 @@ class Stack:
 
     def leftovers(self, jobs: tuple[str, ...] = ()) -> list[str]:
         """Processes of this test that have no reason to be alive: a keeper server whose
-        agent is not running, more spares than a live server keeps, a keeper of an
+        agent is not running, more idle keepers than a live pool keeps, a keeper of an
         attempt that is over (call this once every job ended), a job's process (one
         whose command line holds every string of `jobs`)."""
-        from tpuq.agent.keeper.process import SPARES
+        from tpuq.agent.keeper.pool import POOL
 
         procs = _processes()
         agents = {a.pid for a in self.agents if a.proc is not None and a.proc.poll() is None}
@@ -147,7 +147,7 @@ class Stack:
         parents = {ppid for ppid, _ in procs.values()}
         spares = [p for p in keepers if procs[p][0] in servers and p not in parents]
         allowed = servers | {p for srv in servers
-                             for p in [q for q in spares if procs[q][0] == srv][:SPARES]}
+                             for p in [q for q in spares if procs[q][0] == srv][:POOL]}
         bad = [f"keeper {p} (parent {procs[p][0]}): {procs[p][1]!r}" for p in keepers
                if p not in allowed]
         if jobs:
@@ -328,7 +328,7 @@ class AgentProc:
     def start(self, wait: bool = True) -> AgentProc:
         self._log_from = self.log_path.stat().st_size if self.log_path.exists() else 0
         log = open(self.log_path, "ab")
-        # from the host's directory: another tpuq's `python -m tpuq.agent.keeper.process` must not
+        # from the host's directory: another tpuq's `python -m tpuq.agent.keeper.pool` must not
         # import this checkout's tpuq from the working directory
         self.proc = subprocess.Popen([*self.command, "agent"],
                                      env=self.stack.env(self.host, **self.env),

@@ -20,7 +20,8 @@ import pytest
 from tests.harness import wait_for
 from tpuq.agent.keeper.link import KeeperGone, KeeperLink, KeeperServer, adopt, live_keepers
 from tpuq.agent.keeper.messages import Collected, Ended, FromKeeper, Launch, Lease, Started, Status, Stop
-from tpuq.agent.keeper.process import clock
+from tpuq.agent.keeper.pool import POOL, SPARES
+from tpuq.agent.keeper.process import clock, keeper_socket
 
 
 class Server(KeeperServer):
@@ -49,7 +50,7 @@ def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
         srv.stop()
         for pid in srv.keepers:  # keepers outlive their server: by pid, each we started
             try:
-                if "tpuq.agent.keeper.process" in Path(f"/proc/{pid}/cmdline").read_text():
+                if "tpuq.agent.keeper." in Path(f"/proc/{pid}/cmdline").read_text():
                     os.kill(pid, signal.SIGKILL)
             except (OSError, ProcessLookupError):
                 pass
@@ -79,13 +80,12 @@ def test_a_job_runs_under_its_keeper_and_its_end_is_known_exactly(server, tmp_pa
     assert ended.signalled is False, "it ended by itself"
     assert (tmp_path / "logs" / "1.log").read_text() == "hello\n"
     # the report comes first; the exit file (for an agent that was not there to take
-    # the report) is written before the keeper may go, which it does once collected
-    keeper = os.pidfd_open(ended.keeper_pid)
-    try:
-        link.send(Collected())
-        assert select.select([keeper], [], [], 30)[0], "the keeper exits once collected"
-    finally:
-        os.close(keeper)
+    # the report) is written before the keeper lets go of the attempt (its socket
+    # goes), which it does once collected
+    sock = Path(keeper_socket(str(tmp_path / "run"), 1, 1))
+    assert sock.exists()
+    link.send(Collected())
+    wait_for(lambda: not sock.exists(), 30, "the keeper to let go of the attempt")
     written = json.loads((tmp_path / "logs" / "1.log.exit").read_text())
     assert written["code"] == 3 and written["job_id"] == 1
 
@@ -160,8 +160,72 @@ def test_a_keeper_outlives_its_agent_and_a_new_one_adopts_it(server, tmp_path):
     assert isinstance(status, Status) and isinstance(first, Started)
     assert status.pid == first.pid and not status.ended
     gate.touch()
-    assert until_ended(link).code == 0
-    link.send(Collected())
+    ended = until_ended(link)
+    assert ended.code == 0
+    keeper = os.pidfd_open(ended.keeper_pid)
+    try:
+        link.send(Collected())
+        assert select.select([keeper], [], [], 30)[0], \
+            "its pool's server is gone: the keeper exits once its end was collected"
+    finally:
+        os.close(keeper)
+
+
+def test_a_keeper_goes_back_to_its_pool_once_its_end_is_collected(server, tmp_path):
+    """Sequential attempts reuse the pool's keepers instead of a fork each, and a keeper
+    that kept ten attempts (log, --output file, chip locks) holds what a fresh one does."""
+    assert server.proc is not None
+    base = wait_for(lambda: _idle_fds(server.proc.pid, SPARES), 30, "the first keepers")
+    used = set()
+    for n in range(1, 11):
+        la = launch(tmp_path, f"print({n})", job_id=n, log_path=str(tmp_path / f"{n}.log"),
+                    exit_path=str(tmp_path / f"{n}.log.exit"), output=str(tmp_path / f"{n}.out"),
+                    chip_locks=[str(tmp_path / "locks" / "chip0.lock")])
+        link, first = server.launch(la)
+        assert isinstance(first, Started)
+        ended = until_ended(link)
+        assert ended.code == 0 and ended.keeper_pid is not None
+        used.add(ended.keeper_pid)
+        link.send(Collected())
+        link.close()
+        sock = Path(keeper_socket(str(tmp_path / "run"), n, 1))
+        wait_for(lambda sock=sock: not sock.exists(), 30, f"keeper of {n} to let go of it")
+        assert (tmp_path / f"{n}.out").read_text() == f"{n}\n"
+    assert len(used) <= SPARES + 1, f"a keeper forked for each attempt: {sorted(used)}"
+    wait_for(lambda: set(_idle_fds(server.proc.pid, len(used)).values()) ==
+             set(base.values()), 30, "every idle keeper to hold what a fresh one does",
+             on_timeout=lambda: f"fresh {base}, now {_idle_fds(server.proc.pid, 0)}")
+
+
+def test_the_pool_keeps_at_most_its_size_of_idle_keepers(server, tmp_path):
+    """More attempts than the pool holds end at once: the keepers beyond it exit."""
+    assert server.proc is not None
+    gate = tmp_path / "gate"
+    code = f"import os, time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.02)\n"
+    links = [server.launch(launch(tmp_path, code, job_id=n, log_path=str(tmp_path / f"{n}.log"),
+                                  exit_path=str(tmp_path / f"{n}.log.exit")))[0]
+             for n in range(1, POOL + 3)]
+    gate.touch()
+    for link in links:
+        assert until_ended(link).code == 0
+        link.send(Collected())
+    wait_for(lambda: len(_idle_fds(server.proc.pid, 0)) == POOL, 30,
+             f"{POOL} keepers idle, the rest gone",
+             on_timeout=lambda: f"{len(_idle_fds(server.proc.pid, 0))} alive")
+
+
+def _idle_fds(server: int, at_least: int) -> dict[int, int]:
+    """Each live keeper of `server` (with no job of its own running) and how many
+    descriptors it holds; {} while fewer than `at_least` are there."""
+    found = {}
+    for pid in _children(server):
+        if not _alive(pid) or _children(pid):
+            continue
+        try:
+            found[pid] = len(os.listdir(f"/proc/{pid}/fd"))
+        except OSError:
+            continue
+    return found if len(found) >= at_least else {}
 
 
 def test_a_chip_locked_by_someone_else_is_a_host_error(server, tmp_path):
@@ -213,8 +277,8 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_the_keeper_server_and_its_spares_exit_when_their_agent_is_killed(tmp_path):
-    """An agent killed with -9 leaves no keeper server or spare behind (they served it
+def test_the_keeper_server_and_its_idle_keepers_exit_when_their_agent_is_killed(tmp_path):
+    """An agent killed with -9 leaves no keeper server or idle keeper behind (they served it
     alone); a keeper that holds a job is not one of them and is not affected."""
     import subprocess
 
@@ -246,27 +310,25 @@ def test_the_keeper_server_and_its_spares_exit_when_their_agent_is_killed(tmp_pa
                 pass
 
 
-def test_a_spares_rehearsal_leaves_nothing_behind(tmp_path, monkeypatch):
-    """What a spare runs while it waits (the launch path on a sample) opens nothing it
+def test_a_keepers_rehearsal_leaves_nothing_behind(tmp_path, monkeypatch):
+    """What a fresh keeper runs while it waits (the launch path on a sample) opens nothing it
     keeps and writes nothing: what a job inherits from its keeper stays as it was."""
-    from tpuq.agent.keeper import process
+    from tpuq.agent.keeper import pool
 
     monkeypatch.chdir(tmp_path)
     before = sorted(os.listdir("/proc/self/fd"))
-    process._rehearse()
+    pool._rehearse()
     assert sorted(os.listdir("/proc/self/fd")) == before
     assert os.listdir(tmp_path) == []
 
 
-def test_a_refused_launch_still_has_its_spare_replaced(server, tmp_path):
-    """A spare tells its server it was taken once its launch started or was refused: a
-    refused one too, or the server would count spares it no longer has and a later
-    launch would wait for none."""
+def test_refused_launches_leave_the_pool_as_it_was(server, tmp_path):
+    """A keeper gives its place in the pool back once its launch started or was
+    refused, and takes one again to wait for the next: more refusals than the pool
+    holds leave it able to launch, or a later launch would wait for no keeper."""
     import socket
 
-    from tpuq.agent.keeper.process import SPARES
-
-    for _ in range(SPARES + 1):
+    for _ in range(POOL + 1):
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.settimeout(30)
             s.connect(server.path)

@@ -7,7 +7,7 @@ import os
 import socket
 from pathlib import Path
 
-from tpuq.agent.keeper.process import SUN_PATH, _listen, keeper_socket, unix_call
+from tpuq.agent.keeper.process import SUN_PATH, keeper_socket, listen, unix_call
 
 
 def test_a_keeper_socket_past_the_address_limit_binds_and_is_reached(tmp_path: Path):
@@ -15,7 +15,7 @@ def test_a_keeper_socket_past_the_address_limit_binds_and_is_reached(tmp_path: P
     run_dir.mkdir(parents=True)
     path = keeper_socket(str(run_dir), 123456789, 1000)
     assert len(os.fsencode(path)) > SUN_PATH, "the case the keeper meets on a deep home"
-    listener = _listen(path)
+    listener = listen(path)
     try:
         assert Path(path).is_socket() and (Path(path).stat().st_mode & 0o777) == 0o600
         client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -31,6 +31,6 @@ def test_a_keeper_socket_past_the_address_limit_binds_and_is_reached(tmp_path: P
 
 def test_a_short_path_is_used_as_it_is(tmp_path: Path):
     path = keeper_socket(str(tmp_path), 1, 1)
-    listener = _listen(path)
+    listener = listen(path)
     with listener:
         assert listener.getsockname() == path

@@ -1,6 +1,6 @@
-"""The agent's side of its keepers (keeper/process.py): start the server that forks them, launch
-an attempt through it, and talk to a keeper over its socket (also one of an earlier
-agent's life, to adopt it)."""
+"""The agent's side of its keepers (keeper/process.py): start their pool's server
+(keeper/pool.py), launch an attempt through it, and talk to a keeper over its socket
+(also one of an earlier agent's life, to adopt it)."""
 
 from __future__ import annotations
 
@@ -157,7 +157,7 @@ class KeeperServer:
     def start(self) -> KeeperServer:
         os.makedirs(self.run_dir, mode=0o700, exist_ok=True)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tpuq.agent.keeper.process", self.run_dir, str(os.getpid())],
+            [sys.executable, "-m", "tpuq.agent.keeper.pool", self.run_dir, str(os.getpid())],
             stdin=subprocess.DEVNULL, start_new_session=True, close_fds=True)
         deadline = time.monotonic() + START_TIMEOUT_S
         while not self._answers():

@@ -17,12 +17,10 @@ job's parent is not the agent but its keeper, which
   - answers on its own socket, so a restarted agent re-adopts it; an attempt that ended
     with no agent to tell is recorded by the keeper itself.
 
-Keepers are forked ahead of need by a small single-threaded server (`python -m
-tpuq.agent.keeper.process`, started by the agent): a spare waits on the server's socket, takes
-the next launch, becomes that attempt's keeper in a session of its own (the server's
-end is not its end), and the server forks another. A launch then waits for neither a
-fresh interpreter (tens of milliseconds) nor a fork. Nothing here imports
-SQLAlchemy until a keeper must record an outcome itself.
+Keepers wait for launches in a pool (keeper/pool.py): an idle keeper takes the next
+launch and keeps that attempt in a session of its own (its pool's server's end is not
+its end); once an agent collected the end, it waits for the next launch. Nothing here
+imports SQLAlchemy until a keeper must record an outcome itself.
 
 An interactive session (`tpuq run`) comes with its caller's terminal (the slave end of
 a pseudo-terminal, passed with the launch as SCM_RIGHTS): the job runs on it as its
@@ -47,7 +45,6 @@ import selectors
 import signal
 import socket
 import subprocess
-import sys
 import termios
 import time
 from collections import deque
@@ -62,7 +59,6 @@ from tpuq.agent.keeper.messages import (
     Lease,
     Message,
     MessageError,
-    Refused,
     Say,
     Started,
     Status,
@@ -70,7 +66,6 @@ from tpuq.agent.keeper.messages import (
     ToKeeper,
     UnknownVersion,
     as_dict,
-    decode_as,
     encode,
     to_keeper,
 )
@@ -230,6 +225,14 @@ class Keeper:
                     self._read(key.fileobj)  # type: ignore[arg-type]
             self._timers()
         self._finish_unattended()
+
+    def close(self) -> None:
+        """What the attempt still holds once it is over: the agents' connections and the
+        selector (the job's descriptors, its log and its chips went with its end), so a
+        keeper that goes back to its pool (keeper/pool.py) keeps nothing of it."""
+        for conn in list(self.conns):
+            self._drop_conn(conn)
+        self.sel.close()
 
     def _done(self) -> bool:
         if self.ended is None:
@@ -514,144 +517,7 @@ class Keeper:
                           self.launch.job_id, self.launch.attempt)
 
 
-# ---- the server that forks keepers -----------------------------------------------------------
-SPARES = 2  # keepers forked ahead of need: a launch does not wait for a fork
-
-
-def serve(run_dir: str, agent_pid: int) -> None:
-    """Keep SPARES keepers forked and waiting on run_dir/keepers.sock. A spare that takes
-    a launch request becomes that attempt's keeper (its own session: it outlives this
-    server) and asks for a replacement; this server only forks spares and reaps them.
-
-    The server is its agent's: it exits when the agent does, however the agent ended
-    (a kill -9 included), and its spares with it. A restarted agent starts a server of
-    its own; the keepers of running attempts live on for it to adopt."""
-    try:
-        agent = os.pidfd_open(agent_pid)
-    except ProcessLookupError:
-        return  # the agent is gone already
-    if os.getppid() != agent_pid:
-        return  # the pid was reused: the agent that started this server is gone
-    listener = _listen(os.path.join(run_dir, SERVER))
-    listener.setblocking(False)
-    taken_r, taken_w = os.pipe()  # a spare writes a byte here when it takes a launch
-    alive_r, alive_w = os.pipe()  # spares see EOF here once this server is gone
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    spares = 0
-    while True:
-        while spares < SPARES:
-            _fork_spare(listener, taken_w, alive_r, alive_w, taken_r, agent)
-            spares += 1
-        ready, _, _ = select.select([taken_r, agent], [], [], 1.0)
-        if agent in ready:
-            return  # the agent exited: nobody will ask for a launch here again
-        if ready:
-            spares -= len(os.read(taken_r, 64))
-        _reap()
-
-
-def _reap() -> None:
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-
-
-def _fork_spare(listener: socket.socket, taken_w: int, alive_r: int, alive_w: int,
-                taken_r: int, agent: int) -> None:
-    if os.fork():
-        return
-    code = 0
-    try:
-        os.setsid()
-        for fd in (alive_w, taken_r, agent):
-            os.close(fd)
-        _rehearse()
-        conn = _wait_for_launch(listener, alive_r)
-        if conn is None:
-            os._exit(0)  # the server is gone: nothing to keep
-        os.close(alive_r)
-        listener.close()
-        _keep(conn, taken_w)
-    except BaseException:  # noqa: BLE001 - a keeper's end is its own
-        log.exception("keeper failed")
-        code = 1
-    os._exit(code)
-
-
-def _rehearse() -> None:
-    """A spare's launch path run once on a sample while it waits, not when a job does:
-    after the fork, every page of the server's memory a process first writes to is
-    copied (copy-on-write), and decoding its first launch alone then took ten times
-    as long as the next one (about half a millisecond more on every job's start)."""
-    sample = Launch(job_id=0, attempt=0, host="", argv=["true"], env=dict(os.environ),
-                    cwd="/", log_path="", exit_path="", run_dir="", lease_until=0.0,
-                    lease_s=1.0, grace_s=0.0, log_max_bytes=0, chip_locks=["a", "b"])
-    decode_as(Launch, encode(sample))
-    encode(Started(pid=0, keeper_pid=0, start_ticks=0))
-    selectors.DefaultSelector().close()
-
-
-def _wait_for_launch(listener: socket.socket, alive_r: int) -> socket.socket | None:
-    """The next launch request's connection (spares race for it), or None once the
-    server that forked this spare is gone."""
-    while True:
-        ready, _, _ = select.select([listener.fileno(), alive_r], [], [])
-        if alive_r in ready:
-            return None
-        try:
-            conn, _ = listener.accept()
-        except (BlockingIOError, InterruptedError):
-            continue  # another spare took it
-        conn.setblocking(True)
-        return conn
-
-
-def _keep(conn: socket.socket, taken_w: int) -> None:
-    """Keep the launch on `conn`. The server is told on `taken_w` that this spare was
-    taken once its job started or the launch was refused: the replacement's fork then
-    does not share the host's cores with the launch."""
-    try:
-        keeper = _take(conn)
-    finally:
-        os.write(taken_w, b"x")
-        os.close(taken_w)
-    if keeper is None:
-        return
-    path = keeper_socket(keeper.launch.run_dir, keeper.launch.job_id, keeper.launch.attempt)
-    listener = _listen(path)  # after the job: the socket a later agent finds it by
-    try:
-        keeper.run(listener)
-    finally:
-        listener.close()
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
-
-
-def _take(conn: socket.socket) -> Keeper | None:
-    """The launch read from `conn` and its job started; None when refused."""
-    fds: list[int] = []
-    try:
-        conn.settimeout(10.0)
-        launch = decode_as(Launch, _read_line(conn, fds=fds))
-        if launch.tty != bool(fds):
-            raise ValueError("a session's launch comes with its terminal, only a session's")
-    except (OSError, ValueError, TypeError) as e:
-        for fd in fds:
-            os.close(fd)
-        _reply(conn, Refused(f"bad launch request: {e}"))
-        return None
-    keeper = Keeper(launch, conn, tty=fds[0] if fds else -1)
-    keeper.start()
-    return keeper
-
-
-def _listen(path: str) -> socket.socket:
+def listen(path: str) -> socket.socket:
     try:
         os.unlink(path)
     except FileNotFoundError:
@@ -663,7 +529,7 @@ def _listen(path: str) -> socket.socket:
     return s
 
 
-def _read_line(conn: socket.socket, limit: int = 8 * 1024 * 1024,
+def read_line(conn: socket.socket, limit: int = 8 * 1024 * 1024,
                fds: list[int] | None = None) -> bytes:
     """The first line; descriptors that came with it (at most one) added to `fds`."""
     buf = b""
@@ -715,7 +581,7 @@ def _open_apart(tty: int) -> int:
         return -1
 
 
-def _reply(conn: socket.socket, msg: Message) -> None:
+def reply(conn: socket.socket, msg: Message) -> None:
     try:
         conn.sendall(encode(msg), socket.MSG_NOSIGNAL)
     except OSError:
@@ -728,8 +594,3 @@ def _write_json(path: str, data: dict[str, Any]) -> None:
         json.dump(data, f)
     os.replace(tmp, path)
 
-
-if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    serve(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else os.getppid())
