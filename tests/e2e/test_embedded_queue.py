@@ -184,6 +184,32 @@ def test_submit_without_agent_queues_and_agent_picks_it_up(stack, host):
     stack.wait_state(job_id, "succeeded")
 
 
+@pytest.mark.embedded_only
+def test_the_agent_copies_the_databases_log_on_its_own(stack, host):
+    """Its commits leave the write-ahead log to its checkpoint ticker (no job start waits
+    for the copy), which copies all of it: far fewer frames than SQLite's automatic
+    checkpoint waits for (1,000 pages) are copied all the same."""
+    stack.start_agent(host)
+    jobs = [stack.submit("--", "/bin/true") for _ in range(3)]
+    for job in jobs:
+        stack.wait_state(job, "succeeded")
+    shm = stack.home / "tpuq.db-shm"
+    wait_for(lambda: _log_frames(shm)[0] > 0, 10, "frames in the log")
+    wait_for(lambda: (lambda frames, copied: copied == frames > 0)(*_log_frames(shm)), 10,
+             "every frame of the log copied", on_timeout=lambda: f"{_log_frames(shm)}")
+
+
+def _log_frames(shm: Path) -> tuple[int, int]:
+    """(frames in the write-ahead log, frames of it copied into the database), read from
+    its index without opening the database: `mxFrame` at byte 16 and `nBackfill` at byte
+    96 of the -shm file, in the host's byte order (https://www.sqlite.org/walformat.html,
+    "The WAL-Index Header" and "The WAL-Index Checkpoint Info")."""
+    import struct
+
+    head = shm.read_bytes()[:100]
+    return struct.unpack_from("=I", head, 16)[0], struct.unpack_from("=I", head, 96)[0]
+
+
 def test_hold_and_release(stack, host):
     stack.start_agent(host)
     job_id = stack.submit("--hold", "--", "/bin/true")

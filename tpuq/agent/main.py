@@ -44,6 +44,9 @@ from tpuq.state.db import SCHEMA_HEAD, Database
 from tpuq.state.states import JobState, Outcome, StopRequest
 
 log = logging.getLogger("tpuq.agent")
+# SQLite: how often the agent copies the write-ahead log into the database (its commits
+# leave that to it); at full turnover about a thousand pages a second pass through it
+WAL_CHECKPOINT_S = 1.0
 
 __all__ = ["Agent", "AgentError", "read_boot_id", "socket_has_agent"]
 
@@ -304,6 +307,8 @@ class Agent:
             Ticker("shape-probes", 15 * cfg.heartbeat_s, self.shapes.tick),
             Ticker("logs", cfg.log_check_s, self.logkeeper.run_once),
         ]
+        if self.db.checkpoint_in_background():  # SQLite: no job start waits for the fsync
+            self.tickers.append(Ticker("checkpoint", WAL_CHECKPOINT_S, self.db.checkpoint))
         for t in self.tickers:
             t.start()
         self.wake_scheduler()  # a host that just came up: the leader may have work for it

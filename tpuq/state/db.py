@@ -35,7 +35,7 @@ class SchemaError(TpuqError, RuntimeError):
     KIND = Failure.UNAVAILABLE
 
 
-def _sqlite_engine(url: str, immediate: bool) -> Engine:
+def _sqlite_engine(url: str, immediate: bool, options: dict[str, bool]) -> Engine:
     import sqlite3  # the embedded deployment's alone
 
     path = url.split("sqlite:///", 1)[1]
@@ -54,6 +54,8 @@ def _sqlite_engine(url: str, immediate: bool) -> Engine:
         cur.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: safe against process crashes
         cur.execute("PRAGMA foreign_keys=ON")
         cur.execute("PRAGMA busy_timeout=30000")
+        if not options["autocheckpoint"]:  # Database.checkpoint_in_background
+            cur.execute("PRAGMA wal_autocheckpoint=0")
         cur.close()
 
     begin = "BEGIN IMMEDIATE" if immediate else "BEGIN"
@@ -78,9 +80,10 @@ class Database:
     def __init__(self, url: str) -> None:
         self.url = url
         self.is_sqlite = url.startswith("sqlite")
+        self._options = {"autocheckpoint": True}
         if self.is_sqlite:
-            self.engine = _sqlite_engine(url, immediate=True)
-            self._read_engine = _sqlite_engine(url, immediate=False)
+            self.engine = _sqlite_engine(url, immediate=True, options=self._options)
+            self._read_engine = _sqlite_engine(url, immediate=False, options=self._options)
         else:
             url = url.replace("postgresql://", "postgresql+psycopg://", 1)
             # no pool_pre_ping: it costs a round trip per transaction (several per job). After
@@ -119,6 +122,26 @@ class Database:
     def read(self) -> Iterator[Session]:
         with Session(self._read_engine, expire_on_commit=False) as s, s.begin():
             yield s
+
+    def checkpoint_in_background(self) -> bool:
+        """SQLite: from now on this process's commits leave the write-ahead log to
+        `checkpoint()` (the agent's ticker) instead of copying it into the database
+        themselves, with an fsync, whenever it passed 1,000 pages: that commit's job
+        start waited for it. False on PostgreSQL, which has nothing of the kind."""
+        if not self.is_sqlite:
+            return False
+        self._options["autocheckpoint"] = False
+        self.engine.dispose()  # connections opened before take the setting as they open again
+        self._read_engine.dispose()
+        return True
+
+    def checkpoint(self) -> None:
+        """Copy what the write-ahead log holds into the database, waiting for no reader or
+        writer (PASSIVE: what cannot be copied now is copied next time)."""
+        with self.engine.connect() as c:
+            driver = c.connection.driver_connection  # outside a transaction, as it must be
+            assert driver is not None
+            driver.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def schema_version(self) -> str | None:
         """The schema revision; None for a reachable database without tpuq's schema.
