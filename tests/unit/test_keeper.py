@@ -27,8 +27,8 @@ from tpuq.agent.keeper.process import clock, keeper_socket
 class Server(KeeperServer):
     """Remembers the keepers it launched, so the test can stop every one it started."""
 
-    def __init__(self, run_dir: str) -> None:
-        super().__init__(run_dir)
+    def __init__(self, run_dir: str, lives: int | None = None) -> None:
+        super().__init__(run_dir, lives)
         self.keepers: list[int] = []
 
     def launch(self, launch: Launch) -> tuple[KeeperLink, FromKeeper]:
@@ -195,6 +195,27 @@ def test_a_keeper_goes_back_to_its_pool_once_its_end_is_collected(server, tmp_pa
     wait_for(lambda: set(_idle_fds(server.proc.pid, len(used)).values()) ==
              set(base.values()), 30, "every idle keeper to hold what a fresh one does",
              on_timeout=lambda: f"fresh {base}, now {_idle_fds(server.proc.pid, 0)}")
+
+
+def test_keepers_whose_lives_are_over_leave_their_place_to_new_ones(tmp_path, monkeypatch):
+    """A keeper exits after its last attempt holding no place in the pool: launches go on
+    however many keepers came and went (each place kept on the way out counted a keeper
+    that was not there, and once POOL were, no launch found one)."""
+    monkeypatch.setenv("TPUQ_HOME", str(tmp_path / "home"))
+    srv = Server(str(tmp_path / "run"), lives=2)
+    srv.start()
+    try:
+        for n in range(1, 4 * POOL + 1):
+            la = launch(tmp_path, "", argv=["/bin/true"], job_id=n,
+                        log_path=str(tmp_path / f"{n}.log"), exit_path=str(tmp_path / f"{n}.x"))
+            link, first = srv.launch(la)
+            assert isinstance(first, Started), f"launch {n}: {first}"
+            assert until_ended(link).code == 0
+            link.send(Collected())
+            link.close()
+        assert len(set(srv.keepers)) >= 2 * POOL, "each keeper kept two attempts at most"
+    finally:
+        srv.stop()
 
 
 def test_the_pool_keeps_at_most_its_size_of_idle_keepers(server, tmp_path):

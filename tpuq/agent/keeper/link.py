@@ -146,8 +146,9 @@ class KeeperServer:
     """The process that forks keepers; started with the agent, stopped with it (the
     keepers it forked live on)."""
 
-    def __init__(self, run_dir: str) -> None:
+    def __init__(self, run_dir: str, lives: int | None = None) -> None:
         self.run_dir = run_dir
+        self.lives = lives  # attempts a keeper keeps (keeper/pool.py's LIVES when None)
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -157,7 +158,8 @@ class KeeperServer:
     def start(self) -> KeeperServer:
         os.makedirs(self.run_dir, mode=0o700, exist_ok=True)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tpuq.agent.keeper.pool", self.run_dir, str(os.getpid())],
+            [sys.executable, "-m", "tpuq.agent.keeper.pool", self.run_dir, str(os.getpid()),
+             *(() if self.lives is None else (str(self.lives),))],
             stdin=subprocess.DEVNULL, start_new_session=True, close_fds=True)
         deadline = time.monotonic() + START_TIMEOUT_S
         while not self._answers():
@@ -187,7 +189,7 @@ class KeeperServer:
             self.start()
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.settimeout(START_TIMEOUT_S)
-        s.connect(self.path)
+        _connect_when_taken(s, self.path)
         line = encode(launch)
         if tty is None:
             s.sendall(line)
@@ -210,6 +212,23 @@ class KeeperServer:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(10)
+
+
+def _connect_when_taken(s: socket.socket, path: str) -> None:
+    """Connect to the keepers' server; while its queue of launches is full (every idle
+    keeper is taken and starting a job, and more launches wait than it holds: a Unix
+    socket then refuses at once, EAGAIN), again, until one is taken or START_TIMEOUT_S."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        try:
+            s.connect(path)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                s.close()
+                raise RuntimeError(f"no keeper took a launch within {START_TIMEOUT_S:g}s "
+                                   f"({path})") from None
+            time.sleep(0.002)
 
 
 def adopt(run_dir: str, job_id: int, attempt: int) -> tuple[KeeperLink, FromKeeper] | None:

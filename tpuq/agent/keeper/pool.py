@@ -89,11 +89,13 @@ class Pool(NamedTuple):
 def main() -> None:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    serve(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else os.getppid())
+    serve(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else os.getppid(),
+          int(sys.argv[3]) if len(sys.argv) > 3 else LIVES)
 
 
-def serve(run_dir: str, agent_pid: int) -> None:
-    """Keep at least SPARES keepers idle on run_dir/keepers.sock until the agent exits."""
+def serve(run_dir: str, agent_pid: int, lives: int = LIVES) -> None:
+    """Keep at least SPARES keepers idle on run_dir/keepers.sock until the agent exits;
+    each keeps `lives` attempts at most."""
     try:
         agent = os.pidfd_open(agent_pid)
     except ProcessLookupError:
@@ -106,7 +108,7 @@ def serve(run_dir: str, agent_pid: int) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     while True:
         while pool.idle() < SPARES and pool.take_place():
-            _fork_keeper(pool, agent)
+            _fork_keeper(pool, agent, lives)
         ready, _, _ = select.select([pool.taken_r, agent], [], [], 1.0)
         if agent in ready:
             return  # the agent exited: nobody will ask for a launch here again
@@ -125,8 +127,8 @@ def _reap() -> None:
             return
 
 
-def _fork_keeper(pool: Pool, agent: int) -> None:
-    """A keeper, holding the place the server read for it."""
+def _fork_keeper(pool: Pool, agent: int, lives: int) -> None:
+    """A keeper, holding the place the server read for it, for `lives` attempts."""
     if os.fork():
         return
     code = 0
@@ -135,12 +137,14 @@ def _fork_keeper(pool: Pool, agent: int) -> None:
         for fd in (pool.alive_w, pool.taken_r, agent):
             os.close(fd)
         _rehearse()
-        for _ in range(LIVES):
+        for life in range(1, lives + 1):
             conn = _wait_for_launch(pool)
             if conn is None or not _keep(conn, pool):
                 break
-            if pool.server_gone() or not pool.take_place():
-                break  # nobody to launch more here, or the pool is full
+            # a place is taken only to wait again: one kept on the way out would count
+            # an idle keeper that is not there (and the server forks no more once POOL are)
+            if life == lives or pool.server_gone() or not pool.take_place():
+                break  # its lives are over, nobody launches more here, or the pool is full
     except BaseException:  # noqa: BLE001 - a keeper's end is its own
         log.exception("keeper failed")
         code = 1
