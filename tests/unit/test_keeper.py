@@ -218,6 +218,21 @@ def test_keepers_whose_lives_are_over_leave_their_place_to_new_ones(tmp_path, mo
         srv.stop()
 
 
+def test_keepers_killed_while_idle_are_replaced(server, tmp_path):
+    """Idle keepers killed (a stray kill -9, the OOM killer) give their places back when
+    their server reaps them, and it forks new ones: a launch still finds a keeper."""
+    assert server.proc is not None
+    for _ in range(POOL // SPARES + 1):  # more places than the pool has, if none came back
+        idle = wait_for(lambda: _idle_fds(server.proc.pid, SPARES), 30, "idle keepers")
+        for pid in idle:
+            os.kill(pid, signal.SIGKILL)
+        wait_for(lambda idle=idle: not any(_alive(p) for p in idle), 30, "them gone")
+    link, first = server.launch(launch(tmp_path, "pass"))
+    assert isinstance(first, Started)
+    assert until_ended(link).code == 0
+    link.send(Collected())
+
+
 def test_the_pool_keeps_at_most_its_size_of_idle_keepers(server, tmp_path):
     """More attempts than the pool holds end at once: the keepers beyond it exit."""
     assert server.proc is not None

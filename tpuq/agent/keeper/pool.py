@@ -20,6 +20,9 @@ Who is idle is counted in a pipe, not in a message: the pipe holds one byte for 
 free place in the pool. An idle keeper holds a place (a byte it read); it puts it back
 when it takes a launch, and reads one again to go back, or exits when none is left. The
 server reads a place for each keeper it forks, and counts the bytes left (FIONREAD).
+Each keeper also says when it is idle and when taken (`i<pid>`, `x<pid>`), so a keeper
+killed while idle (a stray kill -9, the OOM killer) has its place given back when the
+server reaps it, and the server forks another.
 """
 
 from __future__ import annotations
@@ -76,11 +79,23 @@ class Pool(NamedTuple):
 
     def taken(self) -> None:
         """A keeper took a launch: its place is free again, and the server is told."""
-        for fd, byte in ((self.places_w, b"p"), (self.taken_w, b"x")):
+        for fd, say in ((self.places_w, b"p"), (self.taken_w, b"x%d\n" % os.getpid())):
             try:
-                os.write(fd, byte)
+                os.write(fd, say)
             except OSError:
                 pass  # the server is gone: nobody counts any more
+
+    def waiting(self) -> None:
+        """This keeper holds a place and waits for a launch: the server is told (it gives
+        the place back should the keeper die waiting)."""
+        try:
+            os.write(self.taken_w, b"i%d\n" % os.getpid())
+        except OSError:
+            pass
+
+    def give_back(self) -> None:
+        """The place of a keeper that died waiting (the server's)."""
+        os.write(self.places_w, b"p")
 
     def server_gone(self) -> bool:
         return bool(select.select([self.alive_r], [], [], 0)[0])
@@ -105,26 +120,51 @@ def serve(run_dir: str, agent_pid: int, lives: int = LIVES) -> None:
     listener = listen(os.path.join(run_dir, SERVER))
     listener.setblocking(False)
     pool = Pool.open(listener)
+    os.set_blocking(pool.taken_r, False)  # the server's alone: it reads what is there
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    waiting: set[int] = set()  # keepers that said they wait, holding a place
+    heard = b""
     while True:
         while pool.idle() < SPARES and pool.take_place():
             _fork_keeper(pool, agent, lives)
         ready, _, _ = select.select([pool.taken_r, agent], [], [], 1.0)
         if agent in ready:
             return  # the agent exited: nobody will ask for a launch here again
-        if ready:
-            os.read(pool.taken_r, 64)
-        _reap()
+        gone = _reap()  # first: all a reaped keeper ever said is in the pipe by now
+        heard = _hear(pool.taken_r, heard, waiting)
+        for pid in gone:
+            if pid in waiting:  # it died holding its place
+                waiting.discard(pid)
+                pool.give_back()
 
 
-def _reap() -> None:
+def _hear(fd: int, heard: bytes, waiting: set[int]) -> bytes:
+    """What the keepers said since (`heard`: a line not yet whole), into `waiting`."""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        heard += chunk
+    *lines, heard = heard.split(b"\n")
+    for line in lines:
+        (waiting.add if line[:1] == b"i" else waiting.discard)(int(line[1:] or 0))
+    return heard
+
+
+def _reap() -> list[int]:
+    """The children that exited, reaped."""
+    gone: list[int] = []
     while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return
+            return gone
         if pid == 0:
-            return
+            return gone
+        gone.append(pid)
 
 
 def _fork_keeper(pool: Pool, agent: int, lives: int) -> None:
@@ -138,6 +178,7 @@ def _fork_keeper(pool: Pool, agent: int, lives: int) -> None:
             os.close(fd)
         _rehearse()
         for life in range(1, lives + 1):
+            pool.waiting()
             conn = _wait_for_launch(pool)
             if conn is None or not _keep(conn, pool):
                 break
