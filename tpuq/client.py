@@ -109,15 +109,17 @@ class Client:
             reply = self._submitter.submit(req)
             if reply is not None:
                 return reply
-        with gcpause.paused():  # SQLAlchemy, the state layer and the handlers load here
-            from tpuq.api.handlers import Api
+        with _ctrl_c_between():
+            with gcpause.paused():  # SQLAlchemy, the state layer and the handlers load here
+                from tpuq.api.handlers import Api
 
-            try:
-                db = self._database()
-            except Exception as e:
-                self._not_ours(e)
-                raise
-        reply = Api(self.settings, db, here=self.settings.host).handle(req, self._caller(db))
+                try:
+                    db = self._database()
+                except Exception as e:
+                    self._not_ours(e)
+                    raise
+            reply = Api(self.settings, db, here=self.settings.host).handle(
+                req, self._caller(db))
         if req.MUTATES and not isinstance(reply, Refusal):
             self._wake_agents()
         return reply
@@ -436,3 +438,35 @@ def __getattr__(name: str) -> Any:
 
 __all__ = ["Client", "ClientError", "Job", "JobError", "Pending", "call", "command", "submit",
            "submit_command", "submit_many", "wait_ended"]
+
+
+class _ctrl_c_between:  # noqa: N801 - a context manager used as a function
+    """Ctrl-C during a request carried out here (its transaction, SQLAlchemy's bookkeeping)
+    is raised once the request is done, not in the middle of it: an interrupted `tpuq
+    wait` then says its one line, not SQLAlchemy's warning about a transaction left
+    halfway. A second Ctrl-C is raised at once (a database that does not answer)."""
+
+    def __enter__(self) -> None:
+        import signal
+        import threading
+
+        self.pending = self.installed = False
+        self.old: object = None
+        if threading.current_thread() is threading.main_thread():
+            self.old = signal.signal(signal.SIGINT, self._on)
+            self.installed = True
+
+    def _on(self, _sig: int, _frame: object) -> None:
+        if self.pending:
+            raise KeyboardInterrupt
+        self.pending = True
+
+    def __exit__(self, kind: object, _value: object, _tb: object) -> None:
+        if not self.installed:
+            return
+        import signal
+
+        signal.signal(signal.SIGINT, self.old if self.old is not None  # type: ignore[arg-type]
+                      else signal.default_int_handler)
+        if self.pending and kind is None:
+            raise KeyboardInterrupt
